@@ -1,0 +1,3 @@
+from pin_sessions.cli import main
+
+raise SystemExit(main())

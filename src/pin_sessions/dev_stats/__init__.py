@@ -1,0 +1,1 @@
+"""dev-stats: session metrics read model fed by the session-ended event."""

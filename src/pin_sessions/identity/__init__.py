@@ -1,0 +1,1 @@
+"""identity: phone sign-in, refresh sessions, ExpireSessionsJob, session retention."""

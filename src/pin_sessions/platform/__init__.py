@@ -1,0 +1,1 @@
+"""What the bounded contexts share: database, clock, errors, HTTP shell, observability."""

@@ -1,0 +1,224 @@
+"""Bearer authentication shared by every context (SPEC §4, last paragraph).
+
+Two kinds of token, both JWT HS256 signed with the server secret, ``iss=pin-identity``:
+
+* access tokens of users: ``sub`` (user id), ``sid`` (refresh session id), ``iat``,
+  ``exp`` (15 min), optional ``permissions``; accepted only while the ``sid``
+  session is still Active and unexpired — asked through the :class:`SessionLiveness`
+  port, which the identity context implements;
+* m2m tokens of services: ``sub`` (client), ``scope`` (space separated), no ``sid``.
+
+A user token is never accepted where an m2m scope is required, nor the reverse.
+Expiry is judged against the injected clock, not the wall clock, so tests can move time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import jwt
+from fastapi import Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from pin_sessions.platform.clock import Clock
+from pin_sessions.platform.errors import Forbidden, Unauthorized
+
+ISSUER = "pin-identity"
+ALGORITHM = "HS256"
+ACCESS_TOKEN_TTL = timedelta(minutes=15)
+M2M_TOKEN_TTL = timedelta(hours=1)
+
+
+class AuthenticationRequired(Unauthorized):
+    code = "AUTH_REQUIRED"
+    title = "Authentication required"
+
+
+class InvalidToken(Unauthorized):
+    code = "AUTH_INVALID_TOKEN"
+    title = "The bearer token is not valid"
+
+
+class SessionNotActive(Unauthorized):
+    code = "AUTH_SESSION_NOT_ACTIVE"
+    title = "The session of this token is no longer active"
+
+
+class WrongTokenKind(Forbidden):
+    code = "AUTH_WRONG_TOKEN_KIND"
+    title = "This kind of token is not accepted here"
+
+
+class MissingScope(Forbidden):
+    code = "AUTH_MISSING_SCOPE"
+    title = "The token lacks the required scope"
+
+
+class MissingPermission(Forbidden):
+    code = "AUTH_MISSING_PERMISSION"
+    title = "The user lacks the required permission"
+
+
+@dataclass(frozen=True)
+class UserPrincipal:
+    user_id: uuid.UUID
+    session_id: uuid.UUID
+    permissions: frozenset[str]
+
+
+@dataclass(frozen=True)
+class MachinePrincipal:
+    client: str
+    scopes: frozenset[str]
+
+
+Principal = UserPrincipal | MachinePrincipal
+
+
+class SessionLiveness(Protocol):
+    async def is_active(self, session_id: uuid.UUID, user_id: uuid.UUID, now: datetime) -> bool:
+        """True while the refresh session is Active and unexpired at ``now``."""
+        ...
+
+
+class TokenCodec:
+    """Signs and reads our JWTs."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def issue_access_token(
+        self,
+        user_id: uuid.UUID,
+        session_id: uuid.UUID,
+        *,
+        now: datetime,
+        permissions: Iterable[str] = (),
+    ) -> tuple[str, datetime]:
+        expires_at = now + ACCESS_TOKEN_TTL
+        claims: dict[str, Any] = {
+            "iss": ISSUER,
+            "sub": str(user_id),
+            "sid": str(session_id),
+            "iat": int(now.timestamp()),
+            "exp": int(expires_at.timestamp()),
+        }
+        granted = sorted(set(permissions))
+        if granted:
+            claims["permissions"] = granted
+        return jwt.encode(claims, self._key, algorithm=ALGORITHM), expires_at
+
+    def issue_m2m_token(
+        self, client: str, scopes: Iterable[str], *, now: datetime, ttl: timedelta = M2M_TOKEN_TTL
+    ) -> str:
+        claims = {
+            "iss": ISSUER,
+            "sub": client,
+            "scope": " ".join(sorted(set(scopes))),
+            "iat": int(now.timestamp()),
+            "exp": int((now + ttl).timestamp()),
+        }
+        return jwt.encode(claims, self._key, algorithm=ALGORITHM)
+
+    def decode(self, token: str, *, now: datetime) -> Principal:
+        """Verify signature, issuer and expiry at ``now``; raise :class:`InvalidToken` otherwise."""
+        try:
+            claims = jwt.decode(
+                token,
+                self._key,
+                algorithms=[ALGORITHM],
+                issuer=ISSUER,
+                options={"verify_exp": False, "require": ["iss", "sub", "iat", "exp"]},
+            )
+        except jwt.PyJWTError as exc:
+            raise InvalidToken() from exc
+        try:
+            if float(claims["exp"]) <= now.timestamp():
+                raise InvalidToken("the token has expired")
+            if "sid" in claims:
+                return UserPrincipal(
+                    user_id=uuid.UUID(str(claims["sub"])),
+                    session_id=uuid.UUID(str(claims["sid"])),
+                    permissions=frozenset(_strings(claims.get("permissions", []))),
+                )
+            return MachinePrincipal(
+                client=str(claims["sub"]), scopes=frozenset(str(claims.get("scope", "")).split())
+            )
+        except (TypeError, ValueError) as exc:
+            raise InvalidToken() from exc
+
+
+def _strings(value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError("permissions must be a list of strings")
+    return value
+
+
+_bearer = HTTPBearer(auto_error=False, description="Access token (users) or m2m token (services)")
+
+
+class Authenticator:
+    """Builds the FastAPI dependencies that routes declare."""
+
+    def __init__(self, codec: TokenCodec, liveness: SessionLiveness, clock: Clock) -> None:
+        self._codec = codec
+        self._liveness = liveness
+        self._clock = clock
+
+    async def _principal(self, request: Request) -> Principal | None:
+        credentials: HTTPAuthorizationCredentials | None = await _bearer(request)
+        if credentials is None:
+            if request.headers.get("authorization"):
+                raise InvalidToken("the Authorization header must be 'Bearer <token>'")
+            return None
+        now = self._clock.now()
+        principal = self._codec.decode(credentials.credentials, now=now)
+        if isinstance(principal, UserPrincipal) and not await self._liveness.is_active(
+            principal.session_id, principal.user_id, now
+        ):
+            raise SessionNotActive()
+        return principal
+
+    def optional_user(self) -> Callable[[Request], Awaitable[UserPrincipal | None]]:
+        """No credentials → None (a guest); bad or non-user credentials → 401/403."""
+
+        async def dependency(request: Request) -> UserPrincipal | None:
+            principal = await self._principal(request)
+            if principal is None or isinstance(principal, UserPrincipal):
+                return principal
+            raise WrongTokenKind("an m2m token cannot act as a user")
+
+        return dependency
+
+    def user(self, permission: str | None = None) -> Callable[[Request], Awaitable[UserPrincipal]]:
+        """A signed-in user, holding ``permission`` when one is named."""
+        optional = self.optional_user()
+
+        async def dependency(request: Request) -> UserPrincipal:
+            principal = await optional(request)
+            if principal is None:
+                raise AuthenticationRequired()
+            if permission is not None and permission not in principal.permissions:
+                raise MissingPermission(f"permission {permission!r} is required")
+            return principal
+
+        return dependency
+
+    def machine(self, *any_of_scopes: str) -> Callable[[Request], Awaitable[MachinePrincipal]]:
+        """A service holding at least one of ``any_of_scopes``."""
+
+        async def dependency(request: Request) -> MachinePrincipal:
+            principal = await self._principal(request)
+            if principal is None:
+                raise AuthenticationRequired()
+            if not isinstance(principal, MachinePrincipal):
+                raise WrongTokenKind("a user token cannot call an internal API")
+            if not principal.scopes.intersection(any_of_scopes):
+                raise MissingScope(f"one of the scopes {sorted(any_of_scopes)} is required")
+            return principal
+
+        return dependency

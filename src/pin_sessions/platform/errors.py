@@ -1,0 +1,90 @@
+"""The error base every context derives from.
+
+Hierarchy::
+
+    AppError                    code, HTTP status, title
+    ├── platform errors below   (NOT_FOUND, VALIDATION_ERROR, ...)
+    ├── identity errors         (pin_sessions.identity.errors)
+    ├── user-activity errors    (pin_sessions.user_activity.errors)
+    └── dev-stats errors        (pin_sessions.dev_stats.errors)
+
+One HTTP handler (``pin_sessions.platform.http.problems``) renders any of them as
+RFC 9457 problem+json with the extra ``code`` member.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class AppError(Exception):
+    """A failure the caller can act on: a stable ``code`` and an HTTP status."""
+
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(self, detail: str | None = None, **extra: Any) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.extra = extra
+
+
+class NotFound(AppError):
+    code = "NOT_FOUND"
+    status = 404
+    title = "Not found"
+
+
+class MethodNotAllowed(AppError):
+    code = "METHOD_NOT_ALLOWED"
+    status = 405
+    title = "Method not allowed"
+
+
+class ValidationFailed(AppError):
+    code = "VALIDATION_ERROR"
+    status = 422
+    title = "Request validation failed"
+
+
+class MalformedRequest(AppError):
+    code = "MALFORMED_REQUEST"
+    status = 400
+    title = "Malformed request"
+
+
+class PayloadTooLarge(AppError):
+    code = "PAYLOAD_TOO_LARGE"
+    status = 413
+    title = "Request body too large"
+
+
+class Unauthorized(AppError):
+    code = "UNAUTHORIZED"
+    status = 401
+    title = "Authentication required"
+
+
+class Forbidden(AppError):
+    code = "FORBIDDEN"
+    status = 403
+    title = "Not allowed"
+
+
+class ServiceUnavailable(AppError):
+    code = "SERVICE_UNAVAILABLE"
+    status = 503
+    title = "Service unavailable"
+
+
+class UniqueViolation(AppError):
+    """A unique constraint refused a write; ``constraint`` names it."""
+
+    code = "CONFLICT"
+    status = 409
+    title = "Conflict"
+
+    def __init__(self, constraint: str | None, detail: str | None = None) -> None:
+        super().__init__(detail)
+        self.constraint = constraint

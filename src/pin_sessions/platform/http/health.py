@@ -1,0 +1,55 @@
+"""Liveness, readiness and the Prometheus endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from pin_sessions.platform.errors import ServiceUnavailable
+from pin_sessions.platform.http.problems import problem_response
+from pin_sessions.platform.metrics import CONTENT_TYPE_LATEST, render
+from pin_sessions.platform.migrations import pending_migrations
+from pin_sessions.platform.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+READINESS_TIMEOUT_SECONDS = 2.0
+
+
+def build_health_router(runtime: Runtime) -> APIRouter:
+    router = APIRouter(tags=["operations"])
+
+    @router.get("/healthz", summary="The process is alive")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @router.get(
+        "/readyz",
+        summary="The database answers and its migrations are current",
+        responses={503: {"description": "Not ready"}},
+    )
+    async def readyz(request: Request) -> Response:
+        try:
+            async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
+                async with runtime.database.connection() as conn:
+                    pending = await pending_migrations(conn)
+        except (Exception, TimeoutError) as exc:  # any failure means "not ready", never a 500
+            log.warning("readiness check failed", errorType=type(exc).__name__)
+            return problem_response(request, ServiceUnavailable, detail="database unavailable")
+        if pending:
+            return problem_response(
+                request,
+                ServiceUnavailable,
+                detail="database migrations are not current",
+                extra={"pendingMigrations": [migration.version for migration in pending]},
+            )
+        return JSONResponse({"status": "ready"})
+
+    @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    async def metrics() -> Response:
+        return Response(render(runtime.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router

@@ -1,0 +1,93 @@
+"""RFC 9457 problem+json for every error the API returns, each with a stable ``code``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from pin_sessions.platform.errors import (
+    AppError,
+    MalformedRequest,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    ValidationFailed,
+)
+
+log = structlog.get_logger(__name__)
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+def problem_response(
+    request: Request,
+    error: type[AppError] | AppError,
+    *,
+    status: int | None = None,
+    detail: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> JSONResponse:
+    """Render ``error`` (a class or an instance) as problem+json for ``request``."""
+    status = status or error.status
+    body: dict[str, Any] = {
+        "type": f"urn:problem:pin:{error.code}",
+        "title": error.title,
+        "status": status,
+        "detail": detail or (error.detail if isinstance(error, AppError) else error.title),
+        "instance": request.url.path,
+        "code": error.code,
+    }
+    request_id = request.scope.get("state", {}).get("request_id")
+    if request_id:
+        body["requestId"] = request_id
+    if isinstance(error, AppError):
+        body.update(error.extra)
+    body.update(extra or {})
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
+
+
+async def _app_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AppError)
+    if exc.status >= 500:
+        log.error("request failed", errorCode=exc.code, error=str(exc))
+    return problem_response(request, exc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        # The offending input is never echoed back: it may be a phone number or a code.
+        {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type")}
+        for error in exc.errors()
+    ]
+    if any(error["type"] == "json_invalid" for error in errors):
+        return problem_response(request, MalformedRequest, detail="request body is not valid JSON")
+    return problem_response(request, ValidationFailed, extra={"errors": errors})
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if isinstance(exc.__cause__, PayloadTooLarge):
+        return problem_response(request, exc.__cause__)
+    known = {404: NotFound, 405: MethodNotAllowed, 400: MalformedRequest}.get(exc.status_code)
+    if known is not None:
+        return problem_response(request, known, detail=str(exc.detail))
+    return problem_response(request, AppError, status=exc.status_code, detail=str(exc.detail))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error", errorType=type(exc).__name__)
+    return problem_response(request, AppError)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(AppError, _app_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,69 @@
+"""Writing integration events to the transactional outbox (SPEC §6).
+
+``append`` runs on the caller's connection, inside the caller's transaction, so the
+event exists exactly when the state change does. Delivery is the relay's job.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from opentelemetry import propagate
+
+from pin_sessions.platform.database import Connection
+from pin_sessions.platform.ids import new_id
+
+
+@dataclass(frozen=True)
+class IntegrationEvent:
+    """One publication: the flat PascalCase payload plus its metadata."""
+
+    topic: str
+    event_type: str
+    version: int
+    aggregate_type: str
+    aggregate_id: uuid.UUID
+    payload: Mapping[str, Any]
+    message_id: uuid.UUID = field(default_factory=new_id)
+
+
+INSERT_EVENT = """
+insert into messaging.outbox
+    (message_id, topic, event_type, version, aggregate_type, aggregate_id, payload, headers,
+     created_at)
+values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+"""
+
+
+def to_json_value(value: Any) -> Any:
+    """Payload values as JSON: ISO-8601 timestamps with offset, UUIDs as text."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("event timestamps must be timezone-aware")
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+async def append(conn: Connection, event: IntegrationEvent, *, now: datetime) -> None:
+    """Write ``event`` in the transaction that ``conn`` is in."""
+    payload = {name: to_json_value(value) for name, value in event.payload.items()}
+    trace_headers: dict[str, str] = {}
+    propagate.inject(trace_headers)
+    await conn.execute(
+        INSERT_EVENT,
+        event.message_id,
+        event.topic,
+        event.event_type,
+        event.version,
+        event.aggregate_type,
+        str(event.aggregate_id),
+        payload,
+        trace_headers,
+        now,
+    )

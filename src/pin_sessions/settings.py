@@ -1,0 +1,209 @@
+"""The one typed settings object of the service (SPEC §2).
+
+Values come from ``PIN_*`` environment variables, nested groups with ``__``
+(``PIN_EXPIRE_SESSIONS__BATCH_SIZE``). Durations accept seconds or ISO-8601
+(``PT5M``). Tests build settings from an explicit mapping with
+:func:`load_settings`; nothing here reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "PIN_"
+NESTED_DELIMITER = "__"
+
+
+def _seconds_or_iso(value: Any) -> Any:
+    """Accept plain seconds (``"300"``, ``"0.5"``) besides pydantic's ISO-8601 parsing."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return timedelta(seconds=float(text))
+        except ValueError:
+            if not text.upper().startswith("P"):
+                raise ValueError("must be seconds or an ISO-8601 duration such as PT5M") from None
+    return value
+
+
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError("must be > 0 seconds")
+    return value
+
+
+def _not_negative(value: timedelta) -> timedelta:
+    if value < timedelta(0):
+        raise ValueError("must be >= 0 seconds")
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(_seconds_or_iso)]
+PositiveDuration = Annotated[Duration, AfterValidator(_positive)]
+
+
+class Environment(StrEnum):
+    DEV = "dev"
+    PROD = "prod"
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ExpireSessionsSettings(_Group):
+    """Seed 000 ``ExpireSessionsOptions``."""
+
+    polling_interval: PositiveDuration = timedelta(minutes=5)
+    batch_size: Annotated[int, Field(gt=0)] = 5000
+    max_run_duration: PositiveDuration = timedelta(minutes=2)
+
+
+class SessionRetentionSettings(_Group):
+    sicr_age: PositiveDuration = timedelta(days=30)
+    refresh_age: PositiveDuration = timedelta(days=90)
+
+
+class ActivityCloserSettings(_Group):
+    inactivity_threshold: PositiveDuration = timedelta(minutes=15)
+    polling_interval: PositiveDuration = timedelta(seconds=60)
+    batch_size: Annotated[int, Field(gt=0)] = 500
+
+
+class ActivityRetentionSettings(_Group):
+    age: PositiveDuration = timedelta(days=365)
+
+
+class HttpSettings(_Group):
+    max_body_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
+
+
+class Settings(BaseSettings):
+    """Everything the processes read from their environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=NESTED_DELIMITER,
+        frozen=True,
+        extra="ignore",
+    )
+
+    database_url: SecretStr | None = None
+    data_dir: Path = Path(".pin")
+    kafka_bootstrap_servers: str | None = None
+    jwt_secret: SecretStr | None = None
+    env: Environment = Environment.DEV
+    refresh_reuse_interval: Annotated[Duration, AfterValidator(_not_negative)] = timedelta(
+        seconds=10
+    )
+    dev_codes: bool = False
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    log_level: str = "info"
+
+    expire_sessions: ExpireSessionsSettings = ExpireSessionsSettings()
+    session_retention: SessionRetentionSettings = SessionRetentionSettings()
+    activity_closer: ActivityCloserSettings = ActivityCloserSettings()
+    activity_retention: ActivityRetentionSettings = ActivityRetentionSettings()
+    http: HttpSettings = HttpSettings()
+
+    @model_validator(mode="after")
+    def _prod_refuses_dev_defaults(self) -> Settings:
+        if self.env is Environment.PROD:
+            if self.jwt_secret is None:
+                raise _SettingError("jwt_secret", "is required when PIN_ENV=prod")
+            if len(self.jwt_secret.get_secret_value()) < 32:
+                raise _SettingError(
+                    "jwt_secret", "must be at least 32 characters when PIN_ENV=prod"
+                )
+            if self.database_url is None:
+                raise _SettingError(
+                    "database_url", "is required when PIN_ENV=prod (no embedded PostgreSQL)"
+                )
+            if self.dev_codes:
+                raise _SettingError("dev_codes", "is refused when PIN_ENV=prod")
+        return self
+
+
+class _SettingError(ValueError):
+    """A cross-field rule broken by one variable; carries the field it names."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(rule)
+        self.field = field
+        self.rule = rule
+
+
+class SettingsError(Exception):
+    """Settings could not be loaded; ``str()`` is one line per broken rule."""
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Build settings from ``environ`` (the process environment when None)."""
+    try:
+        if environ is None:
+            return Settings()
+        return Settings.model_validate(_nest(environ))
+    except ValidationError as exc:
+        raise SettingsError("\n".join(_describe(error) for error in exc.errors())) from exc
+
+
+def _nest(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Turn ``PIN_A__B=v`` into ``{"a": {"b": "v"}}`` the way pydantic-settings does."""
+    nested: dict[str, Any] = {}
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        path = key[len(ENV_PREFIX) :].lower().split(NESTED_DELIMITER)
+        target = nested
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                break
+        else:
+            target[path[-1]] = value
+    return nested
+
+
+_RULES = {
+    "greater_than": "must be > {gt}",
+    "greater_than_equal": "must be >= {ge}",
+    "less_than": "must be < {lt}",
+    "less_than_equal": "must be <= {le}",
+}
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    loc = tuple(str(part) for part in error["loc"])
+    ctx = error.get("ctx") or {}
+    if isinstance(ctx.get("error"), _SettingError):
+        setting_error: _SettingError = ctx["error"]
+        return f"{_env_name((setting_error.field,))} {setting_error.rule}"
+    if isinstance(ctx.get("error"), ValueError):
+        return f"{_env_name(loc)} {ctx['error']}"
+    template = _RULES.get(error["type"])
+    rule = template.format(**ctx) if template else _lower_first(error["msg"])
+    return f"{_env_name(loc)} {rule}"
+
+
+def _env_name(loc: tuple[str, ...]) -> str:
+    return ENV_PREFIX + NESTED_DELIMITER.join(part.upper() for part in loc)
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]

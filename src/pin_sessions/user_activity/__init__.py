@@ -1,0 +1,1 @@
+"""user-activity: the guest/user device Session, its views and actions, the closer."""

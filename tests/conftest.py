@@ -1,0 +1,124 @@
+"""Fixtures every test can use: a clean migrated database per test, settings, a live API."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from pin_sessions.bootstrap import build_api, build_runtime
+from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.logging import configure_logging
+from pin_sessions.platform.metrics import new_registry
+from pin_sessions.platform.runtime import Runtime
+from pin_sessions.settings import Settings, load_settings
+from tests.support.http import LiveServer
+from tests.support.postgres import DatabaseFactory, test_server
+
+TEST_JWT_SECRET = "test-secret-that-is-long-enough-for-hs256-signing"
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+class LogCapture(io.StringIO):
+    """Every JSON log line the suite writes, for tests that read them."""
+
+    def lines(self) -> list[str]:
+        return self.getvalue().splitlines()
+
+
+_LOGS = LogCapture()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _json_logs() -> None:
+    configure_logging("info", stream=_LOGS)
+
+
+@pytest.fixture
+def captured_logs() -> LogCapture:
+    return _LOGS
+
+
+@pytest.fixture(scope="session")
+def databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseFactory]:
+    with test_server(tmp_path_factory.mktemp("postgres")) as admin_dsn:
+        factory = DatabaseFactory(admin_dsn)
+        factory.prepare_template()
+        try:
+            yield factory
+        finally:
+            factory.drop_template()
+
+
+@pytest.fixture
+def database_url(databases: DatabaseFactory) -> Iterator[str]:
+    """A fresh, migrated database for this test alone."""
+    dsn = databases.create()
+    try:
+        yield dsn
+    finally:
+        databases.drop(dsn)
+
+
+@pytest.fixture
+def settings_env(tmp_path: Path, database_url: str) -> dict[str, str]:
+    """The environment a test process would see; tests may add to it before use."""
+    return {
+        "PIN_DATABASE_URL": database_url,
+        "PIN_DATA_DIR": str(tmp_path / "data"),
+        "PIN_JWT_SECRET": TEST_JWT_SECRET,
+    }
+
+
+@pytest.fixture
+def settings(settings_env: dict[str, str]) -> Settings:
+    return load_settings(settings_env)
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(T0)
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    """One metrics registry shared by the test's runtime and its live API."""
+    return new_registry()
+
+
+@pytest.fixture
+async def runtime(
+    settings: Settings, database_url: str, clock: FixedClock, registry: CollectorRegistry
+) -> AsyncIterator[Runtime]:
+    """An opened runtime on this test's database, with a clock the test moves."""
+    runtime = build_runtime(settings, database_url, clock=clock, registry=registry)
+    await runtime.database.open()
+    try:
+        yield runtime
+    finally:
+        await runtime.database.close()
+
+
+@pytest.fixture
+def api_url(
+    settings: Settings, database_url: str, clock: FixedClock, registry: CollectorRegistry
+) -> Iterator[str]:
+    """The whole API served by uvicorn on a free loopback port."""
+    api = build_api(build_runtime(settings, database_url, clock=clock, registry=registry))
+    server = LiveServer(api)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def http(api_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
+        yield client

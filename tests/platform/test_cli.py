@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import TEST_JWT_SECRET
+from tests.support.processes import free_port, pin_sessions, wait_until_ready
+
+
+def _stop(process: subprocess.Popen[str], signum: signal.Signals) -> tuple[float, str]:
+    started = time.monotonic()
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=30)
+    return time.monotonic() - started, err
+
+
+def test_up_serves_readyz_then_stops_on_sigint(database_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    process = pin_sessions(
+        "up",
+        "--port",
+        str(port),
+        env={
+            "PIN_DATABASE_URL": database_url,
+            "PIN_DATA_DIR": str(tmp_path),
+            "PIN_JWT_SECRET": TEST_JWT_SECRET,
+        },
+    )
+    wait_until_ready(f"http://127.0.0.1:{port}", process)
+    elapsed, err = _stop(process, signal.SIGINT)
+    assert process.returncode == 0, err
+    assert elapsed < 5
+    assert '"event": "listening"' in err and f"127.0.0.1:{port}" in err
+
+
+def test_up_on_embedded_postgres_keeps_data_and_refuses_a_second_up(tmp_path: Path) -> None:
+    env = {"PIN_DATA_DIR": str(tmp_path / "data")}
+    port = free_port()
+    first = pin_sessions("up", "--port", str(port), env=env)
+    try:
+        wait_until_ready(f"http://127.0.0.1:{port}", first)
+        assert (tmp_path / "data" / "pg" / "PG_VERSION").exists()
+        second = pin_sessions("up", "--port", str(free_port()), env=env)
+        _, err = second.communicate(timeout=30)
+        assert second.returncode == 1
+        assert "in use by another `pin-sessions up`" in err
+        # The first one is untouched by the refused second one.
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+    finally:
+        elapsed, err = _stop(first, signal.SIGTERM)
+    assert first.returncode == 0, err
+    assert elapsed < 5
+    assert "embedded postgres stopped" in err
+    # Data survives the stop: a restart finds the same cluster.
+    assert (tmp_path / "data" / "pg" / "PG_VERSION").exists()
+    restart = pin_sessions("up", "--port", str(port), env=env)
+    try:
+        wait_until_ready(f"http://127.0.0.1:{port}", restart)
+    finally:
+        _stop(restart, signal.SIGINT)
+    assert restart.returncode == 0
+
+
+def test_a_bad_setting_exits_2_naming_the_variable(tmp_path: Path) -> None:
+    for command in (["serve"], ["up"], ["migrate"]):
+        process = pin_sessions(
+            *command, env={"PIN_EXPIRE_SESSIONS__BATCH_SIZE": "0", "PIN_DATA_DIR": str(tmp_path)}
+        )
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 2
+        assert err.strip() == "PIN_EXPIRE_SESSIONS__BATCH_SIZE must be > 0"
+
+
+def test_migrate_prints_what_it_applied(database_url: str, tmp_path: Path) -> None:
+    process = pin_sessions(
+        "migrate", env={"PIN_DATABASE_URL": database_url, "PIN_DATA_DIR": str(tmp_path)}
+    )
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert out.strip() == '{"applied": []}'
+
+
+def test_serve_runs_the_api_only(database_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    process = pin_sessions(
+        "serve",
+        "--port",
+        str(port),
+        env={"PIN_DATABASE_URL": database_url, "PIN_DATA_DIR": str(tmp_path)},
+    )
+    wait_until_ready(f"http://127.0.0.1:{port}", process)
+    _, err = _stop(process, signal.SIGTERM)
+    assert process.returncode == 0, err

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from pin_sessions.settings import Environment, SettingsError, load_settings
+
+
+def test_defaults_follow_the_spec() -> None:
+    settings = load_settings({})
+    assert settings.env is Environment.DEV
+    assert settings.database_url is None
+    assert str(settings.data_dir) == ".pin"
+    assert settings.refresh_reuse_interval == timedelta(seconds=10)
+    assert settings.dev_codes is False
+    assert settings.expire_sessions.polling_interval == timedelta(minutes=5)
+    assert settings.expire_sessions.batch_size == 5000
+    assert settings.expire_sessions.max_run_duration == timedelta(minutes=2)
+    assert settings.session_retention.sicr_age == timedelta(days=30)
+    assert settings.session_retention.refresh_age == timedelta(days=90)
+    assert settings.activity_closer.inactivity_threshold == timedelta(minutes=15)
+    assert settings.activity_closer.polling_interval == timedelta(seconds=60)
+    assert settings.activity_closer.batch_size == 500
+    assert settings.activity_retention.age == timedelta(days=365)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("300", timedelta(minutes=5)),
+        ("PT5M", timedelta(minutes=5)),
+        ("0.5", timedelta(seconds=0.5)),
+        ("P1DT2H", timedelta(days=1, hours=2)),
+    ],
+)
+def test_durations_accept_seconds_and_iso_8601(raw: str, expected: timedelta) -> None:
+    settings = load_settings({"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL": raw})
+    assert settings.expire_sessions.polling_interval == expected
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"PIN_EXPIRE_SESSIONS__BATCH_SIZE": "0"}, "PIN_EXPIRE_SESSIONS__BATCH_SIZE must be > 0"),
+        ({"PIN_EXPIRE_SESSIONS__BATCH_SIZE": "many"}, "PIN_EXPIRE_SESSIONS__BATCH_SIZE "),
+        (
+            {"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL": "0"},
+            "PIN_EXPIRE_SESSIONS__POLLING_INTERVAL must be > 0 seconds",
+        ),
+        (
+            {"PIN_ACTIVITY_CLOSER__INACTIVITY_THRESHOLD": "soon"},
+            "PIN_ACTIVITY_CLOSER__INACTIVITY_THRESHOLD must be seconds or an ISO-8601 duration",
+        ),
+        ({"PIN_REFRESH_REUSE_INTERVAL": "-1"}, "PIN_REFRESH_REUSE_INTERVAL must be >= 0 seconds"),
+        ({"PIN_ENV": "staging"}, "PIN_ENV "),
+        ({"PIN_ENV": "prod"}, "PIN_JWT_SECRET is required when PIN_ENV=prod"),
+        (
+            {"PIN_ENV": "prod", "PIN_JWT_SECRET": "x" * 40},
+            "PIN_DATABASE_URL is required when PIN_ENV=prod",
+        ),
+        (
+            {
+                "PIN_ENV": "prod",
+                "PIN_JWT_SECRET": "short",
+                "PIN_DATABASE_URL": "postgresql://db/pin",
+            },
+            "PIN_JWT_SECRET must be at least 32 characters",
+        ),
+        (
+            {
+                "PIN_ENV": "prod",
+                "PIN_JWT_SECRET": "x" * 40,
+                "PIN_DATABASE_URL": "postgresql://db/pin",
+                "PIN_DEV_CODES": "1",
+            },
+            "PIN_DEV_CODES is refused when PIN_ENV=prod",
+        ),
+    ],
+)
+def test_a_bad_value_names_the_variable_and_the_rule(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(environ)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+def test_prod_accepts_a_complete_configuration() -> None:
+    settings = load_settings(
+        {"PIN_ENV": "prod", "PIN_JWT_SECRET": "x" * 40, "PIN_DATABASE_URL": "postgresql://db/pin"}
+    )
+    assert settings.env is Environment.PROD
+
+
+def test_variables_of_other_programs_are_ignored() -> None:
+    settings = load_settings({"HOME": "/root", "PIN_DEV_CODES": "1"})
+    assert settings.dev_codes is True

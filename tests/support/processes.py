@@ -1,0 +1,46 @@
+"""Running ``pin-sessions`` as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def pin_sessions(*args: str, env: Mapping[str, str]) -> subprocess.Popen[str]:
+    """Start ``python -m pin_sessions ARGS`` with exactly ``env`` layered over PATH and HOME."""
+    base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
+    return subprocess.Popen(
+        [sys.executable, "-m", "pin_sessions", *args],
+        env={**base, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_until_ready(url: str, process: subprocess.Popen[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            _, err = process.communicate()
+            raise AssertionError(f"process exited with {process.returncode}: {err[-2000:]}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never became ready")
