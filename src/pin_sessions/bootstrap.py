@@ -10,9 +10,11 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry
 
+from pin_sessions.identity.liveness import RefreshSessionLiveness
+from pin_sessions.platform.auth import Authenticator, TokenCodec
 from pin_sessions.platform.clock import Clock, SystemClock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
@@ -54,9 +56,23 @@ def build_runtime(
     )
 
 
+def build_token_codec(runtime: Runtime) -> TokenCodec:
+    return TokenCodec(runtime.secrets.jwt_key)
+
+
+def build_authenticator(runtime: Runtime) -> Authenticator:
+    """Bearer authentication for every context; identity answers whether a session is live."""
+    return Authenticator(
+        build_token_codec(runtime), RefreshSessionLiveness(runtime.database), runtime.clock
+    )
+
+
 def build_api(runtime: Runtime) -> FastAPI:
     """The HTTP API with the routes of every context."""
-    return create_http_app(runtime, routers=[])
+    authenticator = build_authenticator(runtime)
+    routers: list[APIRouter] = []
+    del authenticator  # each context's router is added here as it lands
+    return create_http_app(runtime, routers=routers)
 
 
 def api_from_environment() -> FastAPI:
