@@ -68,3 +68,22 @@ create index ix_refresh_sessions_user_id on identity.refresh_sessions (user_id);
 create index ix_refresh_sessions_family_id
     on identity.refresh_sessions (family_id)
     where status = 'Active';
+
+-- Permissions a user's access tokens carry (SPEC §3 `permissions` claim), granted by an
+-- operator with `pin-sessions users grant`; read at every token issue, so a grant or a
+-- revoke takes effect at the user's next sign-in or refresh.
+create table identity.user_permissions (
+    user_id uuid not null references identity.users (id) on delete cascade,
+    permission varchar(128) not null,
+    granted_at timestamptz not null,
+    constraint pk_user_permissions primary key (user_id, permission)
+);
+
+-- Sign-in codes kept readable for `GET /dev/sign-in-codes/{requestId}`, written only when
+-- PIN_DEV_CODES=1 (refused in prod). A table rather than process memory, so every API
+-- process of `serve --workers N` answers; removed together with its request.
+create table identity.dev_sign_in_codes (
+    request_id uuid primary key
+        references identity.sign_in_confirmation_requests (id) on delete cascade,
+    code varchar(6) not null
+);

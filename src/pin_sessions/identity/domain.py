@@ -1,0 +1,149 @@
+"""Identity's states and rules (SPEC §3), free of I/O: every decision takes ``now``."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from pin_sessions.identity.errors import (
+    ConfirmationAlreadyUsed,
+    ConfirmationAttemptsExceeded,
+    ConfirmationExpired,
+    IdentityError,
+    SessionExpired,
+    SessionRevoked,
+)
+
+CONFIRMATION_TTL = timedelta(minutes=5)  # INV-S3
+MAX_CODE_ATTEMPTS = 5
+SIGN_IN_REQUESTS_PER_WINDOW = 5
+SIGN_IN_REQUEST_WINDOW = timedelta(minutes=15)
+REFRESH_SESSION_TTL = timedelta(days=30)
+CODE_DIGITS = 6
+REFRESH_TOKEN_BYTES = 32
+MAX_USER_AGENT_LENGTH = 1024
+MAX_IP_LENGTH = 45
+
+E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
+CODE_PATTERN = rf"^[0-9]{{{CODE_DIGITS}}}$"
+PERMISSION_PATTERN = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)+$")
+
+
+class ConfirmationStatus(StrEnum):
+    PENDING = "Pending"
+    CONFIRMED = "Confirmed"
+    EXPIRED = "Expired"
+
+
+class SessionStatus(StrEnum):
+    ACTIVE = "Active"
+    ROTATED = "Rotated"
+    REVOKED = "Revoked"
+    EXPIRED = "Expired"
+
+
+class RevokedReason(StrEnum):
+    LOGOUT = "Logout"
+    REVOKED_BY_USER = "RevokedByUser"
+    TOKEN_REUSE = "TokenReuse"  # noqa: S105 - a revoke reason, not a password
+    ADMIN = "Admin"
+
+
+def new_code() -> str:
+    """Six digits from the operating system's CSPRNG."""
+    return str(secrets.randbelow(10**CODE_DIGITS)).zfill(CODE_DIGITS)
+
+
+def code_hash(key: bytes, request_id: uuid.UUID, code: str) -> bytes:
+    """HMAC of the code, bound to its request so equal codes of two requests differ."""
+    return hmac.new(key, request_id.bytes + code.encode(), hashlib.sha256).digest()
+
+
+def new_refresh_token() -> str:
+    return _b64url(secrets.token_bytes(REFRESH_TOKEN_BYTES))
+
+
+def successor_token(key: bytes, parent_token: str) -> str:
+    """The token that replaces ``parent_token``: the same for every racing refresh of it."""
+    return _b64url(hmac.new(key, parent_token.encode(), hashlib.sha256).digest())
+
+
+def token_hash(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True)
+class ConfirmationState:
+    """What a confirm that changed nothing finds in the request's row."""
+
+    status: ConfirmationStatus
+    expires_at: datetime
+    attempts: int
+
+
+def confirmation_refusal(state: ConfirmationState, now: datetime) -> IdentityError:
+    """Why a request cannot be confirmed at ``now``; expiry first, whatever the status (INV-S3)."""
+    if state.expires_at <= now or state.status is ConfirmationStatus.EXPIRED:
+        return ConfirmationExpired()
+    if state.status is ConfirmationStatus.CONFIRMED:
+        return ConfirmationAlreadyUsed()
+    return ConfirmationAttemptsExceeded()
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """The row a refresh token points at, when it could not simply be rotated."""
+
+    id: uuid.UUID
+    user_id: uuid.UUID
+    family_id: uuid.UUID
+    status: SessionStatus
+    expires_at: datetime
+    rotated_at: datetime | None
+    replaced_by: uuid.UUID | None
+
+
+class RefreshVerdict(StrEnum):
+    REPLAY = "replay"  # a racing client: hand out the successor already made
+    REUSE = "reuse"  # a stolen or stale token: revoke the family
+
+
+def refresh_verdict(
+    state: SessionState, now: datetime, reuse_interval: timedelta
+) -> RefreshVerdict:
+    """Decide on a token that is no longer Active and unexpired; raise when it is simply dead."""
+    if state.status is SessionStatus.ROTATED:
+        assert state.rotated_at is not None
+        if now - state.rotated_at <= reuse_interval:
+            return RefreshVerdict.REPLAY
+        return RefreshVerdict.REUSE
+    raise session_refusal(state, now)
+
+
+def session_refusal(state: SessionState, now: datetime) -> IdentityError:
+    """The error for a session that is not Active and unexpired at ``now`` (nor Rotated)."""
+    if state.status is SessionStatus.REVOKED:
+        return SessionRevoked()
+    if state.status is SessionStatus.EXPIRED or state.expires_at <= now:
+        return SessionExpired()
+    return SessionRevoked("the session was rotated")
+
+
+def storable_ip(host: str | None) -> str | None:
+    """The client address as the varchar(45) columns keep it; a longer one is no IP we can use."""
+    return host if host and len(host) <= MAX_IP_LENGTH else None
+
+
+def truncate_user_agent(user_agent: str | None) -> str:
+    return (user_agent or "")[:MAX_USER_AGENT_LENGTH]

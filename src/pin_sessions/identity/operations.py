@@ -1,0 +1,287 @@
+"""Identity's use cases, one method each, each with its explicit transaction.
+
+Decisions take ``now`` from the caller; the HTTP edge reads the clock once per request.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from pin_sessions.identity import domain, events, repository
+from pin_sessions.identity.codes import CodeSender
+from pin_sessions.identity.domain import RefreshVerdict, RevokedReason, SessionStatus
+from pin_sessions.identity.errors import (
+    ConfirmationNotFound,
+    InvalidConfirmationCode,
+    OwnSessionNotFound,
+    RefreshTokenReused,
+    SessionNotFound,
+    TooManySignInRequests,
+    UnknownPhoneNumber,
+)
+from pin_sessions.platform import outbox
+from pin_sessions.platform.auth import SessionNotActive, TokenCodec, UserPrincipal
+from pin_sessions.platform.database import Connection, Database
+from pin_sessions.platform.ids import new_id
+from pin_sessions.platform.secrets import ServerSecrets
+
+CODE_KEY_PURPOSE = "sign-in-code"
+SUCCESSOR_KEY_PURPOSE = "refresh-successor"
+
+
+@dataclass(frozen=True)
+class SignInRequest:
+    request_id: uuid.UUID
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where a session is used from, as the request told us."""
+
+    user_agent: str
+    ip: str | None
+
+
+@dataclass(frozen=True)
+class TokenPair:
+    user_id: uuid.UUID
+    session_id: uuid.UUID
+    access_token: str
+    access_token_expires_at: datetime
+    refresh_token: str
+    refresh_token_expires_at: datetime
+
+
+class IdentityOperations:
+    """Sign-in, refresh, revoke and the device list over identity's tables."""
+
+    def __init__(
+        self,
+        database: Database,
+        secrets: ServerSecrets,
+        codec: TokenCodec,
+        sender: CodeSender,
+        *,
+        refresh_reuse_interval: timedelta,
+    ) -> None:
+        self._database = database
+        self._code_key = secrets.derived_key(CODE_KEY_PURPOSE)
+        self._successor_key = secrets.derived_key(SUCCESSOR_KEY_PURPOSE)
+        self._codec = codec
+        self._sender = sender
+        self._reuse_interval = refresh_reuse_interval
+
+    async def request_sign_in(
+        self, phone_number: str, ip: str | None, now: datetime
+    ) -> SignInRequest:
+        """Issue a code for ``phone_number``, at most 5 per phone per 15 minutes."""
+        request_id, code = new_id(), domain.new_code()
+        expires_at = now + domain.CONFIRMATION_TTL
+        async with self._database.transaction() as conn:
+            # Parallel requests of one phone queue here, so the count below stays true.
+            await repository.lock_phone(conn, phone_number)
+            since = now - domain.SIGN_IN_REQUEST_WINDOW
+            if await repository.count_recent_requests(conn, phone_number, since) >= (
+                domain.SIGN_IN_REQUESTS_PER_WINDOW
+            ):
+                raise TooManySignInRequests()
+            await repository.insert_request(
+                conn,
+                request_id,
+                phone_number,
+                domain.code_hash(self._code_key, request_id, code),
+                created_at=now,
+                expires_at=expires_at,
+                ip_address=ip,
+            )
+        await self._sender.send(request_id, phone_number, code)
+        return SignInRequest(request_id, expires_at)
+
+    async def confirm_sign_in(
+        self,
+        request_id: uuid.UUID,
+        code: str,
+        anonymous_id: uuid.UUID | None,
+        device: Device,
+        now: datetime,
+    ) -> TokenPair:
+        """Trade a right code for a new session; the user is created on the first sign-in."""
+        hashed = domain.code_hash(self._code_key, request_id, code)
+        max_attempts = domain.MAX_CODE_ATTEMPTS
+        async with self._database.transaction() as conn:
+            phone = await repository.confirm_request(conn, request_id, hashed, now, max_attempts)
+            if phone is not None:
+                user_id = await repository.user_for_phone(conn, phone, new_id(), now)
+                session_id = new_id()
+                pair = await self._open_session(
+                    conn, user_id, session_id, session_id, domain.new_refresh_token(), device, now
+                )
+                event = events.user_signed_in(user_id, session_id, anonymous_id, now)
+                await outbox.append(conn, event, now=now)
+                return pair
+        # Not confirmed: a wrong guess must stay counted, so it commits on its own.
+        async with self._database.connection() as conn:
+            if await repository.count_wrong_code(conn, request_id, hashed, now, max_attempts):
+                raise InvalidConfirmationCode()
+            state = await repository.request_state(conn, request_id)
+        if state is None:
+            raise ConfirmationNotFound()
+        raise domain.confirmation_refusal(state, now)
+
+    async def refresh(self, refresh_token: str, device: Device, now: datetime) -> TokenPair:
+        """Rotate the session of ``refresh_token``; replay within the grace, revoke on reuse."""
+        parent_hash = domain.token_hash(refresh_token)
+        successor_token = domain.successor_token(self._successor_key, refresh_token)
+        successor_id = new_id()
+        async with self._database.transaction() as conn:
+            parent = await repository.rotate_session(conn, parent_hash, successor_id, now)
+            if parent is not None:
+                user_id, family_id = parent.user_id, parent.family_id
+                return await self._open_session(
+                    conn, user_id, successor_id, family_id, successor_token, device, now
+                )
+            state = await repository.session_by_token_hash(conn, parent_hash)
+            if state is None:
+                raise SessionNotFound()
+            if domain.refresh_verdict(state, now, self._reuse_interval) is RefreshVerdict.REPLAY:
+                assert state.replaced_by is not None
+                return await self._replay(conn, state.replaced_by, successor_token, now)
+            for revoked in await repository.revoke_family(conn, state.family_id, now):
+                await self._publish_revoked(conn, revoked, RevokedReason.TOKEN_REUSE, now)
+        # Reached only after the family's revocation has committed.
+        raise RefreshTokenReused()
+
+    async def _replay(
+        self, conn: Connection, successor_id: uuid.UUID, successor_token: str, now: datetime
+    ) -> TokenPair:
+        """The pair a racing refresh already produced, while its session is still live."""
+        successor = await repository.session_by_id(conn, successor_id)
+        if successor is None:
+            raise SessionNotFound()
+        if successor.status is not SessionStatus.ACTIVE or successor.expires_at <= now:
+            raise domain.session_refusal(successor, now)
+        return await self._pair(
+            conn, successor.user_id, successor.id, successor_token, successor.expires_at, now
+        )
+
+    async def logout(self, principal: UserPrincipal, now: datetime) -> None:
+        """Revoke the session the access token belongs to."""
+        async with self._database.transaction() as conn:
+            revoked = await repository.revoke_user_session(
+                conn, principal.session_id, principal.user_id, now, RevokedReason.LOGOUT
+            )
+            if revoked is None:
+                # A refresh or another revoke got there first: this token's session is over.
+                raise SessionNotActive()
+            await self._publish_revoked(conn, revoked, RevokedReason.LOGOUT, now)
+
+    async def revoke_session(
+        self, principal: UserPrincipal, session_id: uuid.UUID, now: datetime
+    ) -> None:
+        """Revoke one of the user's own live sessions; anyone else's is not found."""
+        reason = RevokedReason.REVOKED_BY_USER
+        async with self._database.transaction() as conn:
+            revoked = await repository.revoke_user_session(
+                conn, session_id, principal.user_id, now, reason
+            )
+            if revoked is None:
+                raise OwnSessionNotFound("no live session with this id")
+            await self._publish_revoked(conn, revoked, reason, now)
+
+    async def revoke_other_sessions(self, principal: UserPrincipal, now: datetime) -> None:
+        """Revoke every live session of the user except the calling one."""
+        async with self._database.transaction() as conn:
+            others = await repository.revoke_other_user_sessions(
+                conn, principal.user_id, principal.session_id, now
+            )
+            for revoked in others:
+                await self._publish_revoked(conn, revoked, RevokedReason.REVOKED_BY_USER, now)
+
+    async def devices(
+        self, principal: UserPrincipal, now: datetime
+    ) -> list[repository.DeviceSession]:
+        async with self._database.connection() as conn:
+            return await repository.live_sessions(conn, principal.user_id, now)
+
+    async def grant_permissions(
+        self, phone_number: str, permissions: Iterable[str], now: datetime
+    ) -> uuid.UUID:
+        """Grant to the phone's user, created now if it never signed in (operators provision)."""
+        async with self._database.transaction() as conn:
+            user_id = await repository.user_for_phone(conn, phone_number, new_id(), now)
+            for permission in permissions:
+                await repository.grant_permission(conn, user_id, permission, now)
+        return user_id
+
+    async def withdraw_permissions(
+        self, phone_number: str, permissions: Iterable[str]
+    ) -> uuid.UUID:
+        async with self._database.transaction() as conn:
+            user_id = await repository.find_user_by_phone(conn, phone_number)
+            if user_id is None:
+                raise UnknownPhoneNumber()
+            for permission in permissions:
+                await repository.withdraw_permission(conn, user_id, permission)
+        return user_id
+
+    async def _open_session(
+        self,
+        conn: Connection,
+        user_id: uuid.UUID,
+        session_id: uuid.UUID,
+        family_id: uuid.UUID,
+        refresh_token: str,
+        device: Device,
+        now: datetime,
+    ) -> TokenPair:
+        expires_at = now + domain.REFRESH_SESSION_TTL
+        await repository.insert_session(
+            conn,
+            repository.NewSession(
+                id=session_id,
+                user_id=user_id,
+                family_id=family_id,
+                token_hash=domain.token_hash(refresh_token),
+                created_at=now,
+                expires_at=expires_at,
+                device_user_agent=domain.truncate_user_agent(device.user_agent),
+                device_ip=device.ip,
+            ),
+        )
+        return await self._pair(conn, user_id, session_id, refresh_token, expires_at, now)
+
+    async def _pair(
+        self,
+        conn: Connection,
+        user_id: uuid.UUID,
+        session_id: uuid.UUID,
+        refresh_token: str,
+        refresh_expires_at: datetime,
+        now: datetime,
+    ) -> TokenPair:
+        granted = await repository.permissions(conn, user_id)
+        access_token, access_expires_at = self._codec.issue_access_token(
+            user_id, session_id, now=now, permissions=granted
+        )
+        return TokenPair(
+            user_id=user_id,
+            session_id=session_id,
+            access_token=access_token,
+            access_token_expires_at=access_expires_at,
+            refresh_token=refresh_token,
+            refresh_token_expires_at=refresh_expires_at,
+        )
+
+    async def _publish_revoked(
+        self,
+        conn: Connection,
+        revoked: repository.RevokedSession,
+        reason: RevokedReason,
+        now: datetime,
+    ) -> None:
+        event = events.session_revoked(revoked.id, revoked.user_id, now, reason)
+        await outbox.append(conn, event, now=now)

@@ -1,0 +1,145 @@
+"""Identity's SQL, one named statement each (SPEC §3 tables).
+
+Every transition is one conditional UPDATE guarded by the expected status, so a race
+has one winner by construction and the loser sees zero rows.
+"""
+
+from __future__ import annotations
+
+# Two-key advisory locks live in their own keyspace; this first key names the use.
+SIGN_IN_REQUEST_LOCK_CLASS = 0x51C2  # "SICR"
+
+LOCK_PHONE_FOR_SIGN_IN_REQUEST = """
+select pg_advisory_xact_lock($1::int, hashtext($2))
+"""
+
+COUNT_RECENT_SIGN_IN_REQUESTS = """
+select count(*)
+from identity.sign_in_confirmation_requests
+where phone_number = $1 and created_at > $2
+"""
+
+INSERT_SIGN_IN_REQUEST = """
+insert into identity.sign_in_confirmation_requests
+    (id, phone_number, code_hash, attempts, status, created_at, expires_at, ip_address)
+values ($1, $2, $3, 0, 'Pending', $4, $5, $6)
+"""
+
+INSERT_DEV_CODE = """
+insert into identity.dev_sign_in_codes (request_id, code) values ($1, $2)
+"""
+
+SELECT_DEV_CODE = """
+select code from identity.dev_sign_in_codes where request_id = $1
+"""
+
+# Pending → Confirmed, only with the right code, in time, and under the attempt cap.
+CONFIRM_SIGN_IN_REQUEST = """
+update identity.sign_in_confirmation_requests
+set status = 'Confirmed', confirmed_at = $3, version = version + 1
+where id = $1 and code_hash = $2
+  and status = 'Pending' and expires_at > $3 and attempts < $4
+returning phone_number
+"""
+
+# One wrong guess uses one attempt. The row lock makes parallel guesses queue, and each
+# re-checks `attempts < cap` after the previous commit, so the cap is never exceeded.
+COUNT_WRONG_CODE = """
+update identity.sign_in_confirmation_requests
+set attempts = attempts + 1, version = version + 1
+where id = $1 and code_hash <> $2
+  and status = 'Pending' and expires_at > $3 and attempts < $4
+returning attempts
+"""
+
+SELECT_SIGN_IN_REQUEST_STATE = """
+select status, expires_at, attempts
+from identity.sign_in_confirmation_requests
+where id = $1
+"""
+
+INSERT_USER_IF_NEW = """
+insert into identity.users (id, phone_number, created_at)
+values ($1, $2, $3)
+on conflict (phone_number) do nothing
+returning id
+"""
+
+SELECT_USER_ID_BY_PHONE = """
+select id from identity.users where phone_number = $1
+"""
+
+SELECT_USER_PERMISSIONS = """
+select permission from identity.user_permissions where user_id = $1 order by permission
+"""
+
+INSERT_USER_PERMISSION = """
+insert into identity.user_permissions (user_id, permission, granted_at)
+values ($1, $2, $3)
+on conflict (user_id, permission) do nothing
+"""
+
+DELETE_USER_PERMISSION = """
+delete from identity.user_permissions where user_id = $1 and permission = $2
+"""
+
+INSERT_REFRESH_SESSION = """
+insert into identity.refresh_sessions
+    (id, user_id, family_id, token_hash, status, created_at, expires_at, last_used_at,
+     device_user_agent, device_ip)
+values ($1, $2, $3, $4, 'Active', $5, $6, $5, $7, $8)
+"""
+
+# Active → Rotated; the successor row is inserted in the same transaction.
+ROTATE_REFRESH_SESSION = """
+update identity.refresh_sessions
+set status = 'Rotated', rotated_at = $2, replaced_by = $3, last_used_at = $2,
+    version = version + 1
+where token_hash = $1 and status = 'Active' and expires_at > $2
+returning user_id, family_id
+"""
+
+SELECT_REFRESH_SESSION_BY_HASH = """
+select id, user_id, family_id, status, expires_at, rotated_at, replaced_by
+from identity.refresh_sessions
+where token_hash = $1
+"""
+
+SELECT_REFRESH_SESSION_BY_ID = """
+select id, user_id, family_id, status, expires_at, rotated_at, replaced_by
+from identity.refresh_sessions
+where id = $1
+"""
+
+# Reuse detected: every Active session of the family → Revoked(TokenReuse).
+REVOKE_FAMILY = """
+update identity.refresh_sessions
+set status = 'Revoked', revoked_at = $2, revoked_reason = 'TokenReuse', version = version + 1
+where family_id = $1 and status = 'Active'
+returning id, user_id
+"""
+
+# Active → Revoked for one session of one user (logout, revoke by id).
+REVOKE_USER_SESSION = """
+update identity.refresh_sessions
+set status = 'Revoked', revoked_at = $3, revoked_reason = $4, version = version + 1
+where id = $1 and user_id = $2 and status = 'Active' and expires_at > $3
+returning id, user_id
+"""
+
+# Active → Revoked for every other live session of one user.
+REVOKE_OTHER_USER_SESSIONS = """
+update identity.refresh_sessions
+set status = 'Revoked', revoked_at = $3, revoked_reason = 'RevokedByUser',
+    version = version + 1
+where user_id = $1 and id <> $2 and status = 'Active' and expires_at > $3
+returning id, user_id
+"""
+
+# The device list: live sessions only; an Active row past expiry is already gone (seed 000).
+SELECT_LIVE_USER_SESSIONS = """
+select id, status, created_at, last_used_at, expires_at, device_user_agent
+from identity.refresh_sessions
+where user_id = $1 and status = 'Active' and expires_at > $2
+order by last_used_at desc, id desc
+"""

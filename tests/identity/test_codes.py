@@ -1,0 +1,104 @@
+"""Code delivery: the CodeSender port, the logging default, and the dev-only code endpoint."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from pin_sessions.bootstrap import build_api, build_runtime, build_token_codec
+from pin_sessions.identity import domain
+from pin_sessions.identity.codes import LoggingCodeSender
+from pin_sessions.identity.operations import CODE_KEY_PURPOSE, IdentityOperations
+from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.runtime import Runtime
+from pin_sessions.settings import SettingsError, load_settings
+from tests.conftest import T0, TEST_JWT_SECRET, LogCapture
+from tests.identity.flows import new_phone, problem_code, request_code
+from tests.support.http import LiveServer
+
+
+class RecordingSmsSender:
+    """A fake SMS gateway: remembers what it was asked to deliver."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[uuid.UUID, str, str]] = []
+
+    async def send(self, request_id: uuid.UUID, phone_number: str, code: str) -> None:
+        self.sent.append((request_id, phone_number, code))
+
+
+async def test_the_sender_gets_the_code_that_only_its_hmac_is_stored_for(
+    runtime: Runtime,
+) -> None:
+    sms = RecordingSmsSender()
+    operations = IdentityOperations(
+        runtime.database,
+        runtime.secrets,
+        build_token_codec(runtime),
+        sms,
+        refresh_reuse_interval=runtime.settings.refresh_reuse_interval,
+    )
+    phone = new_phone()
+    created = await operations.request_sign_in(phone, None, T0)
+    [(request_id, sent_to, code)] = sms.sent
+    assert (request_id, sent_to) == (created.request_id, phone)
+    async with runtime.database.connection() as conn:
+        stored = await conn.fetchval(
+            "select code_hash from identity.sign_in_confirmation_requests where id = $1",
+            request_id,
+        )
+    key = runtime.secrets.derived_key(CODE_KEY_PURPOSE)
+    assert stored == domain.code_hash(key, request_id, code)
+
+
+async def test_the_logging_sender_logs_neither_the_phone_nor_the_code(
+    captured_logs: LogCapture,
+) -> None:
+    request_id = uuid.uuid4()
+    before = len(captured_logs.lines())
+    await LoggingCodeSender().send(request_id, "+447911123456", "424242")
+    [line] = captured_logs.lines()[before:]
+    assert "sign-in code sent" in line and str(request_id) in line
+    assert "7911123456" not in line and "424242" not in line
+
+
+async def test_the_dev_code_of_an_unknown_request_is_not_found(http: httpx.AsyncClient) -> None:
+    response = await http.get(f"/dev/sign-in-codes/{uuid.uuid4()}")
+    assert response.status_code == 404
+    assert problem_code(response) == "IDENTITY_CONFIRMATION_NOT_FOUND"
+
+
+async def test_without_dev_codes_the_code_endpoint_does_not_exist(
+    settings_env: dict[str, str], database_url: str, clock: FixedClock
+) -> None:
+    settings = load_settings({**settings_env, "PIN_DEV_CODES": "0"})
+    server = LiveServer(
+        build_api(build_runtime(settings, database_url, clock=clock, registry=CollectorRegistry()))
+    )
+    url = server.start()
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+            request_id = await request_code(http, new_phone())
+            response = await http.get(f"/dev/sign-in-codes/{request_id}")
+            # The generic routing 404, not the endpoint's own "no such request".
+            assert response.status_code == 404
+            assert problem_code(response) == "NOT_FOUND"
+    finally:
+        server.stop()
+
+
+def test_dev_codes_are_refused_in_prod(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="PIN_DEV_CODES"):
+        load_settings(
+            {
+                "PIN_ENV": "prod",
+                "PIN_DEV_CODES": "1",
+                "PIN_JWT_SECRET": TEST_JWT_SECRET,
+                "PIN_DATABASE_URL": "postgresql://pin@db/pin",
+                "PIN_DATA_DIR": str(tmp_path),
+            }
+        )

@@ -1,0 +1,198 @@
+"""The device list, logout and revoke, and Bearer authentication on identity's routes."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+
+import httpx
+import jwt
+
+from pin_sessions.identity.events import SESSION_REVOKED_TOPIC
+from pin_sessions.platform.auth import TokenCodec
+from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.runtime import Runtime
+from tests.conftest import T0, TEST_JWT_SECRET
+from tests.identity.flows import (
+    DESKTOP_UA,
+    IPHONE_UA,
+    bearer,
+    new_phone,
+    outbox_events,
+    problem_code,
+    refresh,
+    session_row,
+    sign_in,
+)
+
+SESSIONS = "/api/identity/sessions"
+LOGOUT = "/api/identity/sessions/logout"
+
+
+async def test_the_device_list_shows_live_sessions_parsed_and_marks_the_current_one(
+    http: httpx.AsyncClient, clock: FixedClock
+) -> None:
+    phone = new_phone()
+    phone_session = await sign_in(http, phone, user_agent=IPHONE_UA)
+    clock.advance(timedelta(minutes=1))
+    desktop = await sign_in(http, phone, user_agent=DESKTOP_UA)
+    gone = await sign_in(http, phone, user_agent=DESKTOP_UA)
+    assert (await http.post(LOGOUT, headers=bearer(gone))).status_code == 204
+    response = await http.get(SESSIONS, headers=bearer(desktop))
+    assert response.status_code == 200
+    items = response.json()["items"]
+    assert [item["sessionId"] for item in items] == [
+        desktop["sessionId"],
+        phone_session["sessionId"],
+    ]
+    assert items[0] == {
+        "sessionId": desktop["sessionId"],
+        "status": "Active",
+        "createdAt": "2026-11-29T12:01:00Z",
+        "lastUsedAt": "2026-11-29T12:01:00Z",
+        "expiresAt": "2026-12-29T12:01:00Z",
+        "device": {"type": "desktop", "os": "Windows", "browser": "Chrome"},
+        "current": True,
+    }
+    assert items[1]["device"] == {"type": "mobile", "os": "iOS", "browser": "Mobile Safari"}
+    assert items[1]["current"] is False
+    assert "127.0.0.1" not in response.text
+
+
+async def test_logout_revokes_the_current_session_and_emits_session_revoked(
+    http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    tokens = await sign_in(http)
+    response = await http.post(LOGOUT, headers=bearer(tokens))
+    assert response.status_code == 204
+    async with runtime.database.connection() as conn:
+        row = await session_row(conn, tokens["sessionId"])
+        events = await outbox_events(conn, SESSION_REVOKED_TOPIC)
+    assert (row["status"], row["revoked_reason"], row["revoked_at"]) == ("Revoked", "Logout", T0)
+    assert [event["payload"] for event in events] == [
+        {
+            "RefreshSessionId": tokens["sessionId"],
+            "UserId": tokens["userId"],
+            "RevokedAt": T0.isoformat(),
+            "Reason": "Logout",
+        }
+    ]
+    again = await http.post(LOGOUT, headers=bearer(tokens))
+    assert again.status_code == 401
+
+
+async def test_a_user_revokes_one_own_session_but_never_another_users(
+    http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    phone = new_phone()
+    here, there = await sign_in(http, phone), await sign_in(http, phone)
+    stranger = await sign_in(http)
+    foreign = await http.delete(f"{SESSIONS}/{stranger['sessionId']}", headers=bearer(here))
+    assert foreign.status_code == 404
+    assert problem_code(foreign) == "IDENTITY_SESSION_NOT_FOUND"
+    unknown = await http.delete(f"{SESSIONS}/{uuid.uuid4()}", headers=bearer(here))
+    assert unknown.status_code == 404
+    malformed = await http.delete(f"{SESSIONS}/not-a-uuid", headers=bearer(here))
+    assert malformed.status_code == 422
+    response = await http.delete(f"{SESSIONS}/{there['sessionId']}", headers=bearer(here))
+    assert response.status_code == 204
+    async with runtime.database.connection() as conn:
+        revoked = await session_row(conn, there["sessionId"])
+        untouched = await session_row(conn, stranger["sessionId"])
+        events = await outbox_events(conn, SESSION_REVOKED_TOPIC)
+    assert (revoked["status"], revoked["revoked_reason"]) == ("Revoked", "RevokedByUser")
+    assert untouched["status"] == "Active"
+    assert [event["aggregate_id"] for event in events] == [there["sessionId"]]
+    assert problem_code(await refresh(http, there["refreshToken"])) == "IDENTITY_SESSION_REVOKED"
+    assert (await http.get(SESSIONS, headers=bearer(here))).status_code == 200
+
+
+async def test_parallel_revokes_of_one_session_have_one_winner(
+    http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    phone = new_phone()
+    here, there = await sign_in(http, phone), await sign_in(http, phone)
+    responses = await asyncio.gather(
+        *(http.delete(f"{SESSIONS}/{there['sessionId']}", headers=bearer(here)) for _ in range(3))
+    )
+    assert sorted(response.status_code for response in responses) == [204, 404, 404]
+    async with runtime.database.connection() as conn:
+        assert len(await outbox_events(conn, SESSION_REVOKED_TOPIC)) == 1
+
+
+async def test_revoking_all_other_sessions_keeps_the_current_one(
+    http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    phone = new_phone()
+    current, *others = [await sign_in(http, phone) for _ in range(3)]
+    stranger = await sign_in(http)
+    response = await http.delete(SESSIONS, headers=bearer(current))
+    assert response.status_code == 204
+    async with runtime.database.connection() as conn:
+        statuses = {
+            key: (await session_row(conn, tokens["sessionId"]))["status"]
+            for key, tokens in (("current", current), ("stranger", stranger))
+        }
+        reasons = {
+            (await session_row(conn, tokens["sessionId"]))["revoked_reason"] for tokens in others
+        }
+        events = await outbox_events(conn, SESSION_REVOKED_TOPIC)
+    assert statuses == {"current": "Active", "stranger": "Active"}
+    assert reasons == {"RevokedByUser"}
+    assert sorted(event["aggregate_id"] for event in events) == sorted(
+        tokens["sessionId"] for tokens in others
+    )
+    items = (await http.get(SESSIONS, headers=bearer(current))).json()["items"]
+    assert [item["sessionId"] for item in items] == [current["sessionId"]]
+
+
+async def test_user_routes_refuse_missing_garbage_expired_and_foreign_tokens(
+    http: httpx.AsyncClient, clock: FixedClock, runtime: Runtime
+) -> None:
+    tokens = await sign_in(http)
+    foreign = jwt.encode(
+        jwt.decode(
+            tokens["accessToken"],
+            TEST_JWT_SECRET,
+            algorithms=["HS256"],
+            options={"verify_exp": False, "verify_iat": False},
+        ),
+        "another-secret-that-is-long-enough-for-hs256",
+        algorithm="HS256",
+    )
+    for headers in (
+        {},
+        {"Authorization": "Bearer not.a.jwt"},
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+        {"Authorization": f"Bearer {foreign}"},
+    ):
+        for method, path in (("GET", SESSIONS), ("POST", LOGOUT), ("DELETE", SESSIONS)):
+            response = await http.request(method, path, headers=headers)
+            assert response.status_code == 401, (headers, path)
+    m2m = TokenCodec(runtime.secrets.jwt_key).issue_m2m_token("svc", ["admin"], now=T0)
+    response = await http.get(SESSIONS, headers={"Authorization": f"Bearer {m2m}"})
+    assert response.status_code == 403
+    clock.advance(timedelta(minutes=15))
+    assert (await http.get(SESSIONS, headers=bearer(tokens))).status_code == 401
+
+
+async def test_an_access_token_dies_with_its_session_even_before_it_expires(
+    http: httpx.AsyncClient, clock: FixedClock
+) -> None:
+    phone = new_phone()
+    tokens, other = await sign_in(http, phone), await sign_in(http, phone)
+    assert (await http.delete(SESSIONS, headers=bearer(other))).status_code == 204
+    response = await http.get(SESSIONS, headers=bearer(tokens))
+    assert response.status_code == 401
+    assert problem_code(response) == "AUTH_SESSION_NOT_ACTIVE"
+
+
+async def test_oversized_bodies_are_rejected(http: httpx.AsyncClient) -> None:
+    response = await http.post(
+        "/api/identity/sessions/refresh", json={"refreshToken": "x" * 70_000}
+    )
+    assert response.status_code == 413
+    assert problem_code(response) == "PAYLOAD_TOO_LARGE"
+    long_token = await http.post("/api/identity/sessions/refresh", json={"refreshToken": "x" * 300})
+    assert long_token.status_code == 422
