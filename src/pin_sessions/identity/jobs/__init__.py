@@ -1,0 +1,1 @@
+"""Identity background jobs: ExpireSessionsJob and SessionRetentionJob."""

@@ -1,0 +1,318 @@
+"""ExpireSessionsJob (seed 000): materialise the expiry of refresh sessions and SICR.
+
+Two independent phases, ``refresh`` (Active → Expired) and ``sicr`` (Pending → Expired),
+both deciding with the ``now`` fixed when the run started. The status guard is part of
+every UPDATE, so a repeat, a second instance or a racing confirm/refresh can never flip
+a row twice: whoever changes the status first wins, the other matches nothing. Only the
+status column changes and nothing is published: expiry is silent (SPEC §3), and the
+operations check ``expires_at`` themselves, so a late run opens no security window.
+
+A phase first counts its backlog through the partial index. Up to ``batch_size`` rows it
+runs one set-based UPDATE; above that it works in chunks, each claiming at most
+``batch_size`` rows with ``FOR NO KEY UPDATE SKIP LOCKED`` and committing on its own, so
+parallel instances take disjoint portions and no transaction holds more row locks than
+that. The stop signal and ``max_run_duration`` are checked between chunks, never inside
+a statement; what is left is reported as ``backlogRemaining`` for the next tick. Each
+phase gets at least one chunk per run, so a huge refresh backlog cannot starve SICR.
+A failed phase (lock timeout, lost connection, ...) is logged and counted; the other
+phase still runs and the run completes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from pin_sessions.platform.jobs import JobRun, command_row_count, lock_timeout_text
+from pin_sessions.settings import ExpireSessionsSettings
+
+if TYPE_CHECKING:
+    import uuid
+
+    from pin_sessions.platform.database import Connection, Database
+
+log = structlog.get_logger(__name__)
+
+COUNT_EXPIRED_REFRESH_SESSIONS = """
+select count(*) from identity.refresh_sessions
+where status = 'Active' and expires_at <= $1
+"""
+
+EXPIRE_REFRESH_SESSIONS = """
+update identity.refresh_sessions set status = 'Expired'
+where status = 'Active' and expires_at <= $1
+"""
+
+# One chunk: claim a portion through ix_refresh_sessions_expires_at, starting at the
+# cursor $3 where the previous chunk ended (so no chunk rescans the index entries its
+# predecessors left behind), and flip it. SKIP LOCKED leaves rows another instance holds
+# to that instance. The claim takes FOR NO KEY UPDATE, the very row lock a status UPDATE
+# takes: claiming FOR UPDATE and then updating would make PostgreSQL record both lock
+# modes in a MultiXact for every row, which halves the chunk's speed. The UPDATE
+# addresses the claimed (locked, hence unmoved) row versions by ctid: a TID scan, where
+# a join on id could turn into a scan of the whole table.
+EXPIRE_REFRESH_SESSIONS_CHUNK = """
+with portion as (
+    select ctid as row_ctid from identity.refresh_sessions
+    where status = 'Active' and expires_at <= $1 and expires_at >= $3
+    order by expires_at
+    limit $2
+    for no key update skip locked
+),
+flipped as (
+    update identity.refresh_sessions set status = 'Expired'
+    where ctid = any(array(select row_ctid from portion))
+      and status = 'Active' and expires_at <= $1
+    returning expires_at
+)
+select count(*) as flipped, max(expires_at) as reached from flipped
+"""
+
+COUNT_EXPIRED_SICR = """
+select count(*) from identity.sign_in_confirmation_requests
+where status = 'Pending' and expires_at <= $1
+"""
+
+EXPIRE_SICR = """
+update identity.sign_in_confirmation_requests set status = 'Expired'
+where status = 'Pending' and expires_at <= $1
+"""
+
+# Claimed through ix_sicr_expires_at, like the refresh chunk above.
+EXPIRE_SICR_CHUNK = """
+with portion as (
+    select ctid as row_ctid from identity.sign_in_confirmation_requests
+    where status = 'Pending' and expires_at <= $1 and expires_at >= $3
+    order by expires_at
+    limit $2
+    for no key update skip locked
+),
+flipped as (
+    update identity.sign_in_confirmation_requests set status = 'Expired'
+    where ctid = any(array(select row_ctid from portion))
+      and status = 'Pending' and expires_at <= $1
+    returning expires_at
+)
+select count(*) as flipped, max(expires_at) as reached from flipped
+"""
+
+SET_LOCK_TIMEOUT = "select set_config('lock_timeout', $1, false)"
+
+# The chunk cursor's start: before any expiry instant.
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+REFRESH = "refresh"
+SICR = "sicr"
+
+
+@dataclass(frozen=True)
+class ExpiryPhase:
+    name: str
+    count_sql: str
+    expire_sql: str
+    expire_chunk_sql: str
+
+
+PHASES = (
+    ExpiryPhase(
+        REFRESH,
+        COUNT_EXPIRED_REFRESH_SESSIONS,
+        EXPIRE_REFRESH_SESSIONS,
+        EXPIRE_REFRESH_SESSIONS_CHUNK,
+    ),
+    ExpiryPhase(SICR, COUNT_EXPIRED_SICR, EXPIRE_SICR, EXPIRE_SICR_CHUNK),
+)
+
+
+@dataclass(frozen=True)
+class ExpireSessionsMetrics:
+    """Seed 000's metric names; ``phase`` labels are created up front so alerts see zeros."""
+
+    expired: dict[str, Counter]
+    run_duration_ms: Histogram
+    backlog: Gauge
+    errors: Counter
+
+    @classmethod
+    def register(cls, registry: CollectorRegistry) -> ExpireSessionsMetrics:
+        metrics = cls(
+            expired={
+                REFRESH: Counter(
+                    "identity_expire_sessions_refresh_expired_total",
+                    "Refresh sessions moved Active → Expired",
+                    registry=registry,
+                ),
+                SICR: Counter(
+                    "identity_expire_sessions_sicr_expired_total",
+                    "Sign-in confirmation requests moved Pending → Expired",
+                    registry=registry,
+                ),
+            },
+            run_duration_ms=Histogram(
+                "identity_expire_sessions_run_duration_ms",
+                "Duration of one ExpireSessionsJob run in milliseconds",
+                registry=registry,
+                buckets=(5, 20, 50, 100, 250, 500, 1000, 2500, 5000, 15000, 30000, 60000, 120000),
+            ),
+            backlog=Gauge(
+                "identity_expire_sessions_backlog",
+                "Rows under the guard with expires_at <= now not yet Expired, at the end of a run",
+                ["phase"],
+                registry=registry,
+            ),
+            errors=Counter(
+                "identity_expire_sessions_errors_total",
+                "Failed phases (lock timeout, lost connection, ...)",
+                ["phase"],
+                registry=registry,
+            ),
+        )
+        for phase in PHASES:
+            metrics.backlog.labels(phase=phase.name)
+            metrics.errors.labels(phase=phase.name)
+        return metrics
+
+
+@dataclass
+class PhaseOutcome:
+    """What one phase did; ``remaining`` is None when it could not be counted."""
+
+    phase: str
+    expired: int = 0
+    remaining: int | None = None
+    failed: bool = False
+    skipped: bool = False
+    chunks: int = 0
+    longest_statement_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class ExpireSessionsResult:
+    job_run_id: uuid.UUID
+    refresh: PhaseOutcome
+    sicr: PhaseOutcome
+    duration_ms: int
+
+    @property
+    def succeeded(self) -> bool:
+        return not (self.refresh.failed or self.sicr.failed)
+
+    @property
+    def backlog_remaining(self) -> int:
+        return sum(outcome.remaining or 0 for outcome in (self.refresh, self.sicr))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "jobRunId": str(self.job_run_id),
+            "refreshExpired": self.refresh.expired,
+            "sicrExpired": self.sicr.expired,
+            "durationMs": self.duration_ms,
+            "backlogRemaining": self.backlog_remaining,
+        }
+
+
+@dataclass
+class ExpireSessionsJob:
+    """Seed 000's job; a :class:`~pin_sessions.platform.jobs.PollingWorker` runs it."""
+
+    database: Database
+    options: ExpireSessionsSettings
+    metrics: ExpireSessionsMetrics
+    name: str = field(default="expire-sessions", init=False)
+    metric_prefix: str = field(default="identity_expire_sessions", init=False)
+
+    async def run_once(self, now: datetime, run: JobRun) -> ExpireSessionsResult:
+        """One pass: each phase unless stopping, then the run's metrics."""
+        outcomes = {}
+        for phase in PHASES:
+            if run.stopping:
+                outcomes[phase.name] = PhaseOutcome(phase.name, skipped=True)
+                continue
+            outcomes[phase.name] = await self._run_phase(phase, now, run)
+        result = ExpireSessionsResult(
+            run.id, outcomes[REFRESH], outcomes[SICR], duration_ms=run.elapsed_ms()
+        )
+        self.metrics.run_duration_ms.observe(result.duration_ms)
+        return result
+
+    async def _run_phase(self, phase: ExpiryPhase, now: datetime, run: JobRun) -> PhaseOutcome:
+        outcome = PhaseOutcome(phase.name)
+        with run.tracer.start_as_current_span(f"expire-sessions {phase.name}") as span:
+            span.set_attribute("phase", phase.name)
+            backlog: int | None = None
+            try:
+                async with self.database.connection() as conn:
+                    await conn.execute(
+                        SET_LOCK_TIMEOUT, lock_timeout_text(self.options.lock_timeout)
+                    )
+                    backlog = await conn.fetchval(phase.count_sql, now)
+                    if backlog > self.options.batch_size:
+                        await self._expire_in_chunks(conn, phase, now, run, outcome)
+                    elif backlog > 0:
+                        await self._expire_all(conn, phase, now, outcome)
+                    outcome.remaining = await conn.fetchval(phase.count_sql, now)
+            except Exception as exc:
+                # Rows keep their status; the guard makes the next tick's retry safe.
+                outcome.failed = True
+                if backlog is not None:
+                    outcome.remaining = max(backlog - outcome.expired, 0)
+                self.metrics.errors.labels(phase=phase.name).inc()
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR)
+                log.warning(
+                    "phase failed", phase=phase.name, exception=f"{type(exc).__name__}: {exc}"
+                )
+            else:
+                log.info("phase done", phase=phase.name, expiredCount=outcome.expired)
+            span.set_attribute("expiredCount", outcome.expired)
+            if outcome.remaining is not None:
+                self.metrics.backlog.labels(phase=phase.name).set(outcome.remaining)
+        return outcome
+
+    async def _expire_in_chunks(
+        self,
+        conn: Connection,
+        phase: ExpiryPhase,
+        now: datetime,
+        run: JobRun,
+        outcome: PhaseOutcome,
+    ) -> None:
+        batch_size = self.options.batch_size
+        reached = EARLIEST
+        while not run.stopping:
+            started = time.monotonic()
+            chunk = await conn.fetchrow(phase.expire_chunk_sql, now, batch_size, reached)
+            assert chunk is not None  # an aggregate always returns its row
+            flipped: int = chunk["flipped"]
+            self._record(outcome, flipped, started)
+            reached = chunk["reached"] or reached
+            # Fewer than a full chunk: every other row under the guard is held by another
+            # instance, which will flip it.
+            if flipped < batch_size or run.elapsed() >= self.options.max_run_duration:
+                return
+
+    async def _expire_all(
+        self, conn: Connection, phase: ExpiryPhase, now: datetime, outcome: PhaseOutcome
+    ) -> None:
+        started = time.monotonic()
+        self._record(outcome, command_row_count(await conn.execute(phase.expire_sql, now)), started)
+
+    def _record(self, outcome: PhaseOutcome, flipped: int, started: float) -> None:
+        """Count a committed statement (each is its own transaction) before the next runs."""
+        outcome.chunks += 1
+        outcome.expired += flipped
+        elapsed_ms = (time.monotonic() - started) * 1000
+        outcome.longest_statement_ms = max(outcome.longest_statement_ms, elapsed_ms)
+        self.metrics.expired[outcome.phase].inc(flipped)
+
+
+def build_expire_sessions_job(
+    database: Database, options: ExpireSessionsSettings, registry: CollectorRegistry
+) -> ExpireSessionsJob:
+    return ExpireSessionsJob(database, options, ExpireSessionsMetrics.register(registry))

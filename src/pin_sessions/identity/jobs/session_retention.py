@@ -1,0 +1,222 @@
+"""SessionRetentionJob: physically delete identity rows nobody needs any more.
+
+Two independent phases, deciding with the ``now`` fixed when the run started:
+
+* ``sicr`` — sign-in confirmation requests in a terminal status (Confirmed, Expired)
+  created more than ``sicr_age`` (30 days) ago;
+* ``refresh`` — refresh sessions Rotated, Revoked or Expired whose last transition is
+  more than ``refresh_age`` (90 days) ago. The last transition is the greatest of
+  ``rotated_at``, ``revoked_at`` and ``expires_at``: expiry happens at ``expires_at``
+  whenever the status is materialised, and keeping Rotated/Revoked rows until 90 days
+  past their expiry keeps reuse detection working for as long as a token could be shown.
+
+Active and Pending rows are never deleted: the status is in every DELETE's condition.
+Deletes run in batches of at most ``batch_size`` rows, each claimed through a partial
+index (migration 0005) with ``FOR UPDATE SKIP LOCKED`` and committed on its own, so a
+statement stays short on a large table and parallel instances take disjoint batches.
+The stop signal and ``max_run_duration`` are checked between batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry, Counter
+
+from pin_sessions.platform.jobs import JobRun
+from pin_sessions.settings import SessionRetentionSettings
+
+if TYPE_CHECKING:
+    import uuid
+
+    from pin_sessions.platform.database import Database
+
+log = structlog.get_logger(__name__)
+
+# Each batch claims rows through a partial index from the cursor $3 where the previous
+# batch ended, and deletes the claimed (locked, hence unmoved) row versions by ctid: see
+# the chunk statements of expire_sessions for why.
+# Through ix_sicr_retention_created_at.
+DELETE_RETIRED_SICR_BATCH = """
+with doomed as (
+    select ctid as row_ctid from identity.sign_in_confirmation_requests
+    where status in ('Confirmed', 'Expired') and created_at < $1 and created_at >= $3
+    order by created_at
+    limit $2
+    for update skip locked
+),
+deleted as (
+    delete from identity.sign_in_confirmation_requests
+    where ctid = any(array(select row_ctid from doomed))
+      and status in ('Confirmed', 'Expired')
+    returning created_at
+)
+select count(*) as deleted, max(created_at) as reached from deleted
+"""
+
+# Through ix_refresh_sessions_retention_last_transition: the expression must stay
+# exactly the indexed one.
+DELETE_RETIRED_REFRESH_SESSIONS_BATCH = """
+with doomed as (
+    select ctid as row_ctid from identity.refresh_sessions
+    where status in ('Rotated', 'Revoked', 'Expired')
+      and greatest(rotated_at, revoked_at, expires_at) < $1
+      and greatest(rotated_at, revoked_at, expires_at) >= $3
+    order by greatest(rotated_at, revoked_at, expires_at)
+    limit $2
+    for update skip locked
+),
+deleted as (
+    delete from identity.refresh_sessions
+    where ctid = any(array(select row_ctid from doomed))
+      and status in ('Rotated', 'Revoked', 'Expired')
+    returning greatest(rotated_at, revoked_at, expires_at) as last_transition
+)
+select count(*) as deleted, max(last_transition) as reached from deleted
+"""
+
+# The batch cursor's start: before any timestamp.
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+# Retention is not urgent: an hourly pass keeps each run's work small.
+POLLING_INTERVAL = timedelta(hours=1)
+
+SICR_TABLE = "sign_in_confirmation_requests"
+REFRESH_TABLE = "refresh_sessions"
+
+
+@dataclass(frozen=True)
+class RetentionPhase:
+    name: str
+    table: str
+    delete_batch_sql: str
+
+
+@dataclass(frozen=True)
+class SessionRetentionMetrics:
+    deleted: Counter
+    errors: Counter
+
+    @classmethod
+    def register(cls, registry: CollectorRegistry) -> SessionRetentionMetrics:
+        metrics = cls(
+            deleted=Counter(
+                "identity_session_retention_deleted_total",
+                "Terminal identity rows deleted by retention, by table",
+                ["table"],
+                registry=registry,
+            ),
+            errors=Counter(
+                "identity_session_retention_errors_total",
+                "Failed retention phases, by table",
+                ["table"],
+                registry=registry,
+            ),
+        )
+        for table in (SICR_TABLE, REFRESH_TABLE):
+            metrics.deleted.labels(table=table)
+            metrics.errors.labels(table=table)
+        return metrics
+
+
+@dataclass
+class RetentionOutcome:
+    phase: str
+    deleted: int = 0
+    failed: bool = False
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class SessionRetentionResult:
+    job_run_id: uuid.UUID
+    sicr: RetentionOutcome
+    refresh: RetentionOutcome
+    duration_ms: int
+
+    @property
+    def succeeded(self) -> bool:
+        return not (self.sicr.failed or self.refresh.failed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "jobRunId": str(self.job_run_id),
+            "sicrDeleted": self.sicr.deleted,
+            "refreshDeleted": self.refresh.deleted,
+            "durationMs": self.duration_ms,
+        }
+
+
+@dataclass
+class SessionRetentionJob:
+    """Deletes terminal SICR and refresh sessions past their retention age, in batches."""
+
+    database: Database
+    options: SessionRetentionSettings
+    metrics: SessionRetentionMetrics
+    batch_size: int = 5000
+    max_run_duration: timedelta = timedelta(minutes=2)
+    name: str = field(default="session-retention", init=False)
+    metric_prefix: str = field(default="identity_session_retention", init=False)
+
+    async def run_once(self, now: datetime, run: JobRun) -> SessionRetentionResult:
+        phases = (
+            (RetentionPhase("sicr", SICR_TABLE, DELETE_RETIRED_SICR_BATCH), self.options.sicr_age),
+            (
+                RetentionPhase("refresh", REFRESH_TABLE, DELETE_RETIRED_REFRESH_SESSIONS_BATCH),
+                self.options.refresh_age,
+            ),
+        )
+        outcomes = {}
+        for phase, age in phases:
+            if run.stopping:
+                outcomes[phase.name] = RetentionOutcome(phase.name, skipped=True)
+                continue
+            outcomes[phase.name] = await self._run_phase(phase, now - age, run)
+        return SessionRetentionResult(
+            run.id, outcomes["sicr"], outcomes["refresh"], duration_ms=run.elapsed_ms()
+        )
+
+    async def _run_phase(
+        self, phase: RetentionPhase, cutoff: datetime, run: JobRun
+    ) -> RetentionOutcome:
+        outcome = RetentionOutcome(phase.name)
+        deleted = self.metrics.deleted.labels(table=phase.table)
+        with run.tracer.start_as_current_span(f"session-retention {phase.name}") as span:
+            span.set_attribute("phase", phase.name)
+            try:
+                async with self.database.connection() as conn:
+                    reached = EARLIEST
+                    while not run.stopping:
+                        batch = await conn.fetchrow(
+                            phase.delete_batch_sql, cutoff, self.batch_size, reached
+                        )
+                        assert batch is not None  # an aggregate always returns its row
+                        count: int = batch["deleted"]
+                        outcome.deleted += count
+                        deleted.inc(count)
+                        reached = batch["reached"] or reached
+                        if count < self.batch_size or run.elapsed() >= self.max_run_duration:
+                            break
+            except Exception as exc:
+                outcome.failed = True
+                self.metrics.errors.labels(table=phase.table).inc()
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR)
+                log.warning(
+                    "phase failed", phase=phase.name, exception=f"{type(exc).__name__}: {exc}"
+                )
+            else:
+                log.info("phase done", phase=phase.name, deletedCount=outcome.deleted)
+            span.set_attribute("deletedCount", outcome.deleted)
+        return outcome
+
+
+def build_session_retention_job(
+    database: Database, options: SessionRetentionSettings, registry: CollectorRegistry
+) -> SessionRetentionJob:
+    return SessionRetentionJob(database, options, SessionRetentionMetrics.register(registry))

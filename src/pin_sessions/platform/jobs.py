@@ -1,0 +1,181 @@
+"""The reusable polling worker behind every background job (STYLE 11).
+
+A job is an object with ``run_once(now, run)``: one pass over its work that returns a
+result object. :class:`PollingWorker` turns it into a long-lived role:
+
+* reads the injected clock only at the loop edges: ``now`` is fixed when a run starts
+  and handed to the job, which decides with it and never reads a clock itself;
+* opens one OpenTelemetry span per run carrying ``jobRunId``, binds ``jobRunId`` to
+  every log line of the run, and logs ``job started`` / ``job completed``;
+* survives a failed run: the exception is logged (``job failed``) and counted, and the
+  loop waits for the next tick;
+* waits between runs on ``stop`` or the polling interval, whichever comes first;
+* sets ``<prefix>_last_success_timestamp_seconds`` after every run whose result says it
+  succeeded, so an alert can tell a stalled worker from an idle one.
+
+Graceful stop is cooperative: the worker never cancels a running pass. It hands the job
+a :class:`JobRun` whose ``stop`` the job checks between its phases and chunks, so a
+statement that has started always finishes and commits.
+
+``--once`` is :meth:`PollingWorker.run_pass`: one run, whose result ``to_json()`` the CLI
+prints as one JSON object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import structlog
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from pin_sessions.platform.ids import new_id
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from opentelemetry.trace import Tracer
+
+    from pin_sessions.platform.clock import Clock
+
+log = structlog.get_logger(__name__)
+
+
+class JobResult(Protocol):
+    """What a pass returns: its verdict and its JSON form (``--once`` output, log fields)."""
+
+    @property
+    def succeeded(self) -> bool: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+ResultT = TypeVar("ResultT", bound=JobResult, covariant=True)
+ResultV = TypeVar("ResultV", bound=JobResult)
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One run as the job sees it: its id, the stop signal, a tracer and a stopwatch."""
+
+    id: uuid.UUID
+    stop: asyncio.Event
+    tracer: Tracer
+    # Durations come from the monotonic clock: they measure, they decide nothing about
+    # domain time, and the wall clock may jump.
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop.is_set()
+
+    def elapsed(self) -> timedelta:
+        return timedelta(seconds=time.monotonic() - self.started)
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+
+class Job(Protocol[ResultT]):
+    """One background job: ``name`` for the CLI, ``metric_prefix`` for its metric names."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def metric_prefix(self) -> str: ...
+
+    async def run_once(self, now: datetime, run: JobRun) -> ResultT: ...
+
+
+@dataclass(frozen=True)
+class WorkerMetrics:
+    """The runner's own metrics, named after the job's prefix."""
+
+    last_success: Gauge
+    failed_runs: Counter
+
+    @classmethod
+    def register(cls, prefix: str, registry: CollectorRegistry) -> WorkerMetrics:
+        return cls(
+            last_success=Gauge(
+                f"{prefix}_last_success_timestamp_seconds",
+                "Unix time at which the last successful run ended",
+                registry=registry,
+            ),
+            failed_runs=Counter(
+                f"{prefix}_failed_runs_total",
+                "Runs that raised instead of returning a result",
+                registry=registry,
+            ),
+        )
+
+
+class PollingWorker(Generic[ResultV]):
+    """Runs ``job`` every ``interval`` until ``stop``: a role for ``run_roles``."""
+
+    def __init__(
+        self,
+        job: Job[ResultV],
+        *,
+        clock: Clock,
+        interval: timedelta,
+        registry: CollectorRegistry,
+        tracer: Tracer | None = None,
+    ) -> None:
+        self.job = job
+        self.name = f"job.{job.name}"
+        self._clock = clock
+        self._interval = interval
+        self._metrics = WorkerMetrics.register(job.metric_prefix, registry)
+        self._tracer = tracer or trace.get_tracer(__name__)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """A pass, then a wait on ``stop`` or the interval; a failed pass never ends the loop."""
+        while not stop.is_set():
+            await self.run_pass(stop)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._interval.total_seconds())
+
+    async def run_pass(self, stop: asyncio.Event) -> ResultV | None:
+        """One run of the job; ``None`` when it raised (logged and counted, not re-raised)."""
+        run = JobRun(id=new_id(), stop=stop, tracer=self._tracer)
+        now = self._clock.now()
+        with (
+            structlog.contextvars.bound_contextvars(jobRunId=str(run.id)),
+            self._tracer.start_as_current_span(
+                f"job {self.job.name}", attributes={"jobRunId": str(run.id)}
+            ) as span,
+        ):
+            log.info("job started", job=self.job.name)
+            try:
+                result = await self.job.run_once(now, run)
+            except Exception as exc:
+                # A bug or an outage the job could not absorb: the next tick tries again.
+                log.exception("job failed", job=self.job.name, exception=repr(exc))
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR)
+                self._metrics.failed_runs.inc()
+                return None
+            log.info("job completed", job=self.job.name, **result.to_json())
+            if result.succeeded:
+                self._metrics.last_success.set(self._clock.now().timestamp())
+            else:
+                span.set_status(trace.StatusCode.ERROR)
+            return result
+
+
+def command_row_count(status: str) -> int:
+    """Rows touched by a statement, from its command tag (``UPDATE 42``, ``DELETE 7``)."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+def lock_timeout_text(timeout: timedelta) -> str:
+    """A duration as PostgreSQL's ``lock_timeout`` setting (whole milliseconds, at least 1)."""
+    return f"{max(int(timeout.total_seconds() * 1000), 1)}ms"

@@ -1,0 +1,163 @@
+"""SessionRetentionJob: what it deletes, what it never deletes, and how it finds rows."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from pin_sessions.identity.jobs.expire_sessions import (
+    EARLIEST,
+    EXPIRE_REFRESH_SESSIONS_CHUNK,
+    EXPIRE_SICR_CHUNK,
+)
+from pin_sessions.identity.jobs.session_retention import (
+    DELETE_RETIRED_REFRESH_SESSIONS_BATCH,
+    DELETE_RETIRED_SICR_BATCH,
+    SessionRetentionResult,
+    build_session_retention_job,
+)
+from pin_sessions.platform.jobs import PollingWorker
+from pin_sessions.platform.runtime import Runtime
+from tests.identity.jobs.rows import (
+    CREATE_TRANSITION_AUDIT,
+    insert_refresh_sessions,
+    insert_sicr,
+    insert_user,
+    statuses,
+)
+
+DAY = timedelta(days=1)
+
+
+async def _retain_once(
+    runtime: Runtime, registry: CollectorRegistry, *, batch_size: int = 5000
+) -> SessionRetentionResult:
+    job = build_session_retention_job(
+        runtime.database, runtime.settings.session_retention, registry
+    )
+    job.batch_size = batch_size
+    worker = PollingWorker(job, clock=runtime.clock, interval=DAY, registry=registry)
+    result = await worker.run_pass(asyncio.Event())
+    assert result is not None
+    return result
+
+
+async def test_terminal_sicr_older_than_30_days_are_deleted_and_pending_never(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    now = runtime.clock.now()
+    old = now - 30 * DAY - timedelta(seconds=1)
+    recent = now - 29 * DAY
+    async with runtime.database.connection() as conn:
+        await insert_sicr(conn, count=2, status="Expired", created_at=old, expires_at=old)
+        await insert_sicr(
+            conn, count=3, status="Confirmed", created_at=old, expires_at=old, confirmed_at=old
+        )
+        # A Pending request is never deleted, however old (the expiry job owns it).
+        await insert_sicr(conn, count=4, status="Pending", created_at=old, expires_at=old)
+        await insert_sicr(conn, count=5, status="Expired", created_at=recent, expires_at=recent)
+
+    result = await _retain_once(runtime, registry)
+
+    assert (result.sicr.deleted, result.refresh.deleted) == (5, 0)
+    async with runtime.database.connection() as conn:
+        assert await statuses(conn, "sign_in_confirmation_requests") == {"Pending": 4, "Expired": 5}
+    deleted = {"table": "sign_in_confirmation_requests"}
+    assert registry.get_sample_value("identity_session_retention_deleted_total", deleted) == 5
+
+
+async def test_refresh_sessions_go_90_days_after_their_last_transition_and_active_never(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    now = runtime.clock.now()
+    long_ago = now - 200 * DAY
+    async with runtime.database.connection() as conn:
+        user = await insert_user(conn, long_ago)
+
+        async def sessions(status: str, expires_at: datetime, **at: Any) -> None:
+            await insert_refresh_sessions(
+                conn, user, count=1, status=status, created_at=long_ago, expires_at=expires_at, **at
+            )
+
+        await sessions("Expired", now - 91 * DAY)
+        await sessions(
+            "Revoked", now - 95 * DAY, revoked_at=now - 100 * DAY, revoked_reason="Admin"
+        )
+        await sessions("Rotated", now - 92 * DAY, rotated_at=now - 120 * DAY)
+        # Kept: the last transition (revoke after expiry) is recent.
+        await sessions(
+            "Revoked", now - 120 * DAY, revoked_at=now - 10 * DAY, revoked_reason="TokenReuse"
+        )
+        # Kept: rotated long ago, but its token could be presented until 89 days ago.
+        await sessions("Rotated", now - 89 * DAY, rotated_at=now - 119 * DAY)
+        await sessions("Expired", now - 89 * DAY)
+        # Active is never deleted, however long ago it expired.
+        await sessions("Active", now - 150 * DAY)
+
+    result = await _retain_once(runtime, registry)
+
+    assert (result.sicr.deleted, result.refresh.deleted) == (0, 3)
+    async with runtime.database.connection() as conn:
+        assert await statuses(conn, "refresh_sessions") == {
+            "Active": 1,
+            "Revoked": 1,
+            "Rotated": 1,
+            "Expired": 1,
+        }
+    deleted = {"table": "refresh_sessions"}
+    assert registry.get_sample_value("identity_session_retention_deleted_total", deleted) == 3
+
+
+async def test_retention_deletes_in_bounded_batches(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    now = runtime.clock.now()
+    old = now - 365 * DAY
+    async with runtime.database.connection() as conn:
+        await insert_sicr(conn, count=25, status="Expired", created_at=old, expires_at=old)
+        await conn.execute(CREATE_TRANSITION_AUDIT)
+
+    result = await _retain_once(runtime, registry, batch_size=10)
+
+    assert result.sicr.deleted == 25
+    async with runtime.database.connection() as conn:
+        per_transaction = await conn.fetch(
+            "select count(*) as n from public.test_transitions group by txid order by n desc"
+        )
+    assert [row["n"] for row in per_transaction] == [10, 10, 5]
+
+
+async def test_every_job_statement_finds_its_rows_through_an_index(runtime: Runtime) -> None:
+    # Planned over analysed tables of a realistic shape (most rows live, a few to act
+    # on): a plan that scans the table instead would read all of it on every chunk.
+    now = runtime.clock.now()
+    old, later = now - 365 * DAY, now + 10 * DAY
+    async with runtime.database.connection() as conn:
+        user = await insert_user(conn, old)
+        for status, count, expires_at in (("Active", 20000, later), ("Active", 500, old)):
+            await insert_refresh_sessions(
+                conn, user, count=count, status=status, created_at=old, expires_at=expires_at
+            )
+        await insert_refresh_sessions(
+            conn, user, count=500, status="Expired", created_at=old, expires_at=old
+        )
+        await insert_sicr(conn, count=20000, status="Pending", created_at=now, expires_at=later)
+        await insert_sicr(conn, count=500, status="Pending", created_at=old, expires_at=old)
+        await insert_sicr(conn, count=500, status="Expired", created_at=old, expires_at=old)
+        await conn.execute("analyze")
+        expectations = [
+            (EXPIRE_REFRESH_SESSIONS_CHUNK, "ix_refresh_sessions_expires_at"),
+            (EXPIRE_SICR_CHUNK, "ix_sicr_expires_at"),
+            (DELETE_RETIRED_SICR_BATCH, "ix_sicr_retention_created_at"),
+            (
+                DELETE_RETIRED_REFRESH_SESSIONS_BATCH,
+                "ix_refresh_sessions_retention_last_transition",
+            ),
+        ]
+        for sql, index in expectations:
+            rows = await conn.fetch(f"explain {sql}", now, 5000, EARLIEST)
+            plan = "\n".join(row[0] for row in rows)
+            assert "Seq Scan" not in plan and index in plan, plan
