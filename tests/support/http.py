@@ -12,7 +12,13 @@ from fastapi import FastAPI
 class LiveServer:
     def __init__(self, app: FastAPI) -> None:
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="on"
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            proxy_headers=False,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="live-server", daemon=True)

@@ -7,7 +7,7 @@ event exists exactly when the state change does. Delivery is the relay's job.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -52,18 +52,31 @@ def to_json_value(value: Any) -> Any:
 
 async def append(conn: Connection, event: IntegrationEvent, *, now: datetime) -> None:
     """Write ``event`` in the transaction that ``conn`` is in."""
-    payload = {name: to_json_value(value) for name, value in event.payload.items()}
+    await append_all(conn, [event], now=now)
+
+
+async def append_all(
+    conn: Connection, events: Sequence[IntegrationEvent], *, now: datetime
+) -> None:
+    """Write ``events`` in the transaction that ``conn`` is in, in one pipelined round trip."""
+    if not events:
+        return
     trace_headers: dict[str, str] = {}
     propagate.inject(trace_headers)
-    await conn.execute(
+    await conn.executemany(
         INSERT_EVENT,
-        event.message_id,
-        event.topic,
-        event.event_type,
-        event.version,
-        event.aggregate_type,
-        str(event.aggregate_id),
-        payload,
-        trace_headers,
-        now,
+        [
+            (
+                event.message_id,
+                event.topic,
+                event.event_type,
+                event.version,
+                event.aggregate_type,
+                str(event.aggregate_id),
+                {name: to_json_value(value) for name, value in event.payload.items()},
+                trace_headers,
+                now,
+            )
+            for event in events
+        ],
     )

@@ -33,6 +33,8 @@ class ApiServer:
             port=port,
             log_config=None,
             access_log=False,
+            # The client address is decided by PIN_TRUSTED_PROXIES, not by uvicorn.
+            proxy_headers=False,
             lifespan="on",
             timeout_graceful_shutdown=3,
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
@@ -14,8 +14,13 @@ from pin_sessions.platform.metrics import HttpMetrics
 from pin_sessions.platform.runtime import Runtime
 
 
-def create_http_app(runtime: Runtime, routers: Sequence[APIRouter] = ()) -> FastAPI:
-    """An app whose lifespan opens and closes the runtime's database pool."""
+def create_http_app(
+    runtime: Runtime, routers: Sequence[APIRouter] = (), *, quiet_paths: Iterable[str] = ()
+) -> FastAPI:
+    """An app whose lifespan opens and closes the runtime's database pool.
+
+    Successful requests to ``quiet_paths`` are counted in metrics but not logged line by line.
+    """
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -45,5 +50,6 @@ def create_http_app(runtime: Runtime, routers: Sequence[APIRouter] = ()) -> Fast
         RequestContextMiddleware,
         metrics=HttpMetrics.register(runtime.registry),
         max_body_bytes=runtime.settings.http.max_body_bytes,
+        quiet_paths=quiet_paths,
     )
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections.abc import Iterable
 
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -25,10 +26,18 @@ _QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: HttpMetrics, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        metrics: HttpMetrics,
+        max_body_bytes: int,
+        quiet_paths: Iterable[str] = (),
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.quiet_paths = _QUIET_PATHS | frozenset(quiet_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -83,7 +92,7 @@ class RequestContextMiddleware:
         method = scope["method"]
         self.metrics.requests.labels(method, template, str(status)).inc()
         self.metrics.duration.labels(method, template).observe(elapsed)
-        if scope["path"] in _QUIET_PATHS and status < 400:
+        if scope["path"] in self.quiet_paths and status < 400:
             return
         client = scope.get("client")
         log.info(

@@ -1,0 +1,50 @@
+"""The errors of the user-activity context.
+
+Hierarchy::
+
+    AppError (pin_sessions.platform.errors)
+    └── UserActivityError
+        ├── AnonymousIdInvalid       400 USER_ACTIVITY_ANONYMOUS_ID_INVALID
+        ├── AnonymousIdRequired      400 USER_ACTIVITY_ANONYMOUS_ID_REQUIRED
+        ├── CursorInvalid            400 USER_ACTIVITY_CURSOR_INVALID
+        ├── ViewNotFound             404 USER_ACTIVITY_VIEW_NOT_FOUND
+        └── DeviceNotFound           404 USER_ACTIVITY_DEVICE_NOT_FOUND
+"""
+
+from __future__ import annotations
+
+from pin_sessions.platform.errors import AppError
+
+
+class UserActivityError(AppError):
+    code = "USER_ACTIVITY_ERROR"
+
+
+class AnonymousIdInvalid(UserActivityError):
+    code = "USER_ACTIVITY_ANONYMOUS_ID_INVALID"
+    status = 400
+    title = "X-Anonymous-Id must be a UUID"
+
+
+class AnonymousIdRequired(UserActivityError):
+    code = "USER_ACTIVITY_ANONYMOUS_ID_REQUIRED"
+    status = 400
+    title = "X-Anonymous-Id is required"
+
+
+class CursorInvalid(UserActivityError):
+    code = "USER_ACTIVITY_CURSOR_INVALID"
+    status = 400
+    title = "The cursor is not valid"
+
+
+class ViewNotFound(UserActivityError):
+    code = "USER_ACTIVITY_VIEW_NOT_FOUND"
+    status = 404
+    title = "No such property view on this device"
+
+
+class DeviceNotFound(UserActivityError):
+    code = "USER_ACTIVITY_DEVICE_NOT_FOUND"
+    status = 404
+    title = "No session is known for this device"

@@ -1,0 +1,161 @@
+"""Session history pages (read side), newest first, with opaque cursors.
+
+A page lists sessions with their latest actions and views. The user's history "before
+and after sign-in" is assembled here through session ownership: children keep the
+``user_id`` snapshot they were written with (seed 003).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pin_sessions.platform.database import Connection, Database
+from pin_sessions.user_activity import sql
+from pin_sessions.user_activity.domain import duration_seconds
+from pin_sessions.user_activity.errors import CursorInvalid, DeviceNotFound
+
+DEFAULT_PAGE_SIZE = 20
+MAX_PAGE_SIZE = 100
+# Children shown per session in a page; the page stays bounded whatever a session holds.
+CHILDREN_PER_SESSION = 50
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Position after the last item of a page: its ``(created_at, id)``."""
+
+    created_at: datetime
+    session_id: uuid.UUID
+
+    def encode(self) -> str:
+        text = f"{self.created_at.isoformat()}|{self.session_id}"
+        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, token: str) -> Cursor:
+        try:
+            padded = token + "=" * (-len(token) % 4)
+            created_at, session_id = base64.urlsafe_b64decode(padded).decode().split("|")
+            cursor = cls(datetime.fromisoformat(created_at), uuid.UUID(session_id))
+        except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+            raise CursorInvalid() from exc
+        if cursor.created_at.tzinfo is None:
+            raise CursorInvalid()
+        return cursor
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+async def device_history(
+    db: Database, anonymous_id: uuid.UUID, *, limit: int, cursor: str | None
+) -> HistoryPage:
+    """A guest's own device: only its sessions no user has been linked to."""
+    return await _page(db, sql.SELECT_DEVICE_HISTORY, anonymous_id, limit, cursor)
+
+
+async def user_history(
+    db: Database, user_id: uuid.UUID, *, limit: int, cursor: str | None
+) -> HistoryPage:
+    """Every session linked to ``user_id``, with what happened before the sign-in too."""
+    return await _page(db, sql.SELECT_USER_HISTORY, user_id, limit, cursor)
+
+
+async def device_link(db: Database, anonymous_id: uuid.UUID) -> dict[str, Any]:
+    """The device's current link (its latest session); 404 for a device never seen."""
+    async with db.connection() as conn:
+        row = await conn.fetchrow(sql.SELECT_DEVICE_LINK, anonymous_id)
+    if row is None:
+        raise DeviceNotFound()
+    return {
+        "anonymousId": row["anonymous_id"],
+        "userId": row["user_id"],
+        "linkedAt": row["linked_at"],
+    }
+
+
+async def _page(
+    db: Database, statement: str, owner: uuid.UUID, limit: int, cursor: str | None
+) -> HistoryPage:
+    after = Cursor.decode(cursor) if cursor else None
+    async with db.connection() as conn:
+        rows = await conn.fetch(
+            statement,
+            owner,
+            after.created_at if after else None,
+            after.session_id if after else None,
+            limit + 1,
+        )
+        page = rows[:limit]
+        items = await _with_children(conn, page)
+    next_cursor = None
+    if len(rows) > limit:
+        last = page[-1]
+        next_cursor = Cursor(last["created_at"], last["id"]).encode()
+    return HistoryPage(items, next_cursor)
+
+
+async def _with_children(conn: Connection, sessions: list[Any]) -> list[dict[str, Any]]:
+    ids = [row["id"] for row in sessions]
+    actions: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
+    views: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
+    for row in await conn.fetch(sql.SELECT_HISTORY_ACTIONS, ids, CHILDREN_PER_SESSION):
+        actions[row["session_id"]].append(
+            {
+                "actionId": row["id"],
+                "type": row["type"],
+                "propertyObjectId": row["property_object_id"],
+                "data": row["data"],
+                "userId": row["user_id"],
+                "createdAt": row["created_at"],
+            }
+        )
+    for row in await conn.fetch(sql.SELECT_HISTORY_VIEWS, ids, CHILDREN_PER_SESSION):
+        views[row["session_id"]].append(
+            {
+                "viewId": row["id"],
+                "propertyObjectId": row["property_object_id"],
+                "userId": row["user_id"],
+                "startedAt": row["started_at"],
+                "endedAt": row["ended_at"],
+                "durationSeconds": _seconds(row["duration"]),
+            }
+        )
+    return [_session_item(row, actions[row["id"]], views[row["id"]]) for row in sessions]
+
+
+def _session_item(
+    row: Any, actions: list[dict[str, Any]], views: list[dict[str, Any]]
+) -> dict[str, Any]:
+    # The device's IP address and raw user agent are never part of a response.
+    return {
+        "sessionId": row["id"],
+        "anonymousId": row["anonymous_id"],
+        "userId": row["user_id"],
+        "linkedAt": row["linked_at"],
+        "status": row["status"],
+        "createdAt": row["created_at"],
+        "lastActivityAt": row["last_activity_at"],
+        "endedAt": row["ended_at"],
+        "durationSeconds": _seconds(row["duration"]),
+        "device": {
+            "type": row["device_type"],
+            "os": row["device_os"],
+            "browser": row["device_browser"],
+        },
+        "actions": actions,
+        "views": views,
+    }
+
+
+def _seconds(duration: Any) -> int | None:
+    return None if duration is None else duration_seconds(duration)

@@ -1,0 +1,214 @@
+"""The use cases of user-activity's Session API, one function each.
+
+Every function opens its own transaction (or autocommit statement) on the database and
+takes ``now`` from its caller: only the server clock sets times (INV-SES-004).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+
+from pin_sessions.platform.database import Connection, Database
+from pin_sessions.platform.errors import ServiceUnavailable
+from pin_sessions.platform.ids import new_id
+from pin_sessions.platform.outbox import append
+from pin_sessions.user_activity import events, repository, sql
+from pin_sessions.user_activity.domain import DeviceInfo, SessionSnapshot
+from pin_sessions.user_activity.errors import ViewNotFound
+from pin_sessions.user_activity.linking import LinkOutcome, link_device, linked_event
+
+log = structlog.get_logger(__name__)
+
+# Retries follow a start that lost a race to a session closed right after; rare by far.
+MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Started:
+    session: SessionSnapshot
+    created: bool
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    session_id: uuid.UUID
+    last_activity_at: datetime
+    restarted: bool
+
+
+@dataclass(frozen=True)
+class RecordedAction:
+    action_id: uuid.UUID
+    session_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class StartedView:
+    view_id: uuid.UUID
+    session_id: uuid.UUID
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class EndedView:
+    view_id: uuid.UUID
+    duration: timedelta
+
+
+async def active_session(
+    conn: Connection,
+    anonymous_id: uuid.UUID,
+    device: DeviceInfo,
+    now: datetime,
+    *,
+    user_id: uuid.UUID | None = None,
+) -> Started:
+    """Heartbeat the device's Active session, or start one (INV-SES-001, INV-SES-003).
+
+    Racing callers all end on the one session the partial unique index let in: a loser's
+    insert does nothing and its next heartbeat finds the winner's committed row.
+    """
+    for _ in range(MAX_ATTEMPTS):
+        session = await repository.heartbeat(conn, anonymous_id, now)
+        if session is not None:
+            return Started(session, created=False)
+        session = await repository.insert_session(conn, anonymous_id, device, now, user_id=user_id)
+        if session is not None:
+            # The logging processor masks clientIp to its /24 (/48); it is never written whole.
+            log.info(
+                "user-activity session started",
+                sessionId=str(session.id),
+                deviceType=device.device_type.value,
+                clientIp=device.ip_address,
+            )
+            if session.user_id is not None:
+                await append(conn, linked_event(session), now=now)
+            return Started(session, created=True)
+    raise ServiceUnavailable("the device's session kept changing; retry the request")
+
+
+async def start_session(
+    db: Database,
+    anonymous_id: uuid.UUID | None,
+    user_id: uuid.UUID | None,
+    device: DeviceInfo,
+    now: datetime,
+) -> Started:
+    """Start or continue the device's session; a signed-in caller also links it to itself."""
+    anonymous_id = anonymous_id or new_id()
+    async with db.transaction() as conn:
+        started = await active_session(conn, anonymous_id, device, now, user_id=user_id)
+        if user_id is None or started.session.user_id == user_id:
+            return started
+        outcome = await link_device(conn, anonymous_id, user_id, now, device=device)
+        assert outcome is not None  # the device was given, so a session exists
+        return Started(outcome.session, created=started.created or outcome.created)
+
+
+# Who is calling and from which device: read only when a heartbeat must start a session.
+Newcomer = Callable[[], Awaitable[tuple[uuid.UUID | None, DeviceInfo]]]
+
+
+async def heartbeat(
+    db: Database, anonymous_id: uuid.UUID, now: datetime, *, newcomer: Newcomer
+) -> HeartbeatResult:
+    """One conditional UPDATE; only when no Active session matched does a new one start."""
+    async with db.connection() as conn:
+        session = await repository.heartbeat(conn, anonymous_id, now)
+    if session is not None:
+        return HeartbeatResult(session.id, session.last_activity_at, restarted=False)
+    user_id, device = await newcomer()
+    started = await start_session(db, anonymous_id, user_id, device, now)
+    return HeartbeatResult(
+        started.session.id, started.session.last_activity_at, restarted=started.created
+    )
+
+
+async def link(
+    db: Database, anonymous_id: uuid.UUID, user_id: uuid.UUID, device: DeviceInfo, now: datetime
+) -> LinkOutcome:
+    """``POST /sessions/link``: INV-SES-002 in one transaction."""
+    async with db.transaction() as conn:
+        outcome = await link_device(conn, anonymous_id, user_id, now, device=device)
+    assert outcome is not None  # the device was given, so a session exists
+    return outcome
+
+
+async def record_action(
+    db: Database,
+    anonymous_id: uuid.UUID,
+    user_id: uuid.UUID | None,
+    device: DeviceInfo,
+    now: datetime,
+    *,
+    action_type: str,
+    property_object_id: uuid.UUID | None,
+    data: Any,
+) -> RecordedAction:
+    """An action is activity: it extends (or restarts) the session it is recorded in."""
+    action_id = new_id()
+    async with db.transaction() as conn:
+        started = await active_session(conn, anonymous_id, device, now, user_id=user_id)
+        session = started.session
+        await conn.execute(
+            sql.INSERT_ACTION,
+            action_id,
+            session.id,
+            session.user_id,
+            action_type,
+            property_object_id,
+            data,
+            now,
+        )
+    return RecordedAction(action_id, session.id)
+
+
+async def start_view(
+    db: Database,
+    anonymous_id: uuid.UUID,
+    user_id: uuid.UUID | None,
+    device: DeviceInfo,
+    now: datetime,
+    *,
+    property_object_id: uuid.UUID,
+) -> StartedView:
+    view_id = new_id()
+    async with db.transaction() as conn:
+        started = await active_session(conn, anonymous_id, device, now, user_id=user_id)
+        session = started.session
+        await conn.execute(
+            sql.INSERT_VIEW, view_id, session.id, property_object_id, session.user_id, now
+        )
+    return StartedView(view_id, session.id, now)
+
+
+async def end_view(
+    db: Database, anonymous_id: uuid.UUID, view_id: uuid.UUID, now: datetime
+) -> EndedView:
+    """Idempotent: the first end closes the view and publishes; later ones report it."""
+    async with db.transaction() as conn:
+        ended = await conn.fetchrow(sql.END_VIEW, view_id, anonymous_id, now)
+        if ended is not None:
+            event = events.property_object_view_ended(
+                view_id=ended["id"],
+                session_id=ended["session_id"],
+                property_object_id=ended["property_object_id"],
+                user_id=ended["user_id"],
+                started_at=ended["started_at"],
+                ended_at=ended["ended_at"],
+                duration=ended["duration"],
+            )
+            await append(conn, event, now=now)
+            return EndedView(view_id, ended["duration"])
+        existing = await conn.fetchrow(sql.SELECT_VIEW_ON_DEVICE, view_id, anonymous_id)
+    if existing is None:
+        raise ViewNotFound()
+    # Ended before: by an earlier call or by its session's close (which waited for no one).
+    duration: timedelta = existing["duration"]
+    return EndedView(view_id, duration)

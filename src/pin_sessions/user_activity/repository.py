@@ -1,0 +1,59 @@
+"""The statements of the Session aggregate that more than one operation runs.
+
+Functions take the caller's connection and never commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pin_sessions.platform.database import Connection
+from pin_sessions.platform.ids import new_id
+from pin_sessions.user_activity import sql
+from pin_sessions.user_activity.domain import DeviceInfo, SessionSnapshot, SessionStatus
+
+
+def snapshot(row: Any) -> SessionSnapshot:
+    return SessionSnapshot(
+        id=row["id"],
+        anonymous_id=row["anonymous_id"],
+        user_id=row["user_id"],
+        linked_at=row["linked_at"],
+        status=SessionStatus(row["status"]),
+        created_at=row["created_at"],
+        last_activity_at=row["last_activity_at"],
+    )
+
+
+async def heartbeat(
+    conn: Connection, anonymous_id: uuid.UUID, now: datetime
+) -> SessionSnapshot | None:
+    """Extend the device's Active session; None when it has none (INV-SES-003)."""
+    row = await conn.fetchrow(sql.HEARTBEAT, anonymous_id, now)
+    return None if row is None else snapshot(row)
+
+
+async def insert_session(
+    conn: Connection,
+    anonymous_id: uuid.UUID,
+    device: DeviceInfo,
+    now: datetime,
+    *,
+    user_id: uuid.UUID | None = None,
+) -> SessionSnapshot | None:
+    """A new Active session; None when the device already has one (INV-SES-001)."""
+    row = await conn.fetchrow(
+        sql.INSERT_SESSION,
+        new_id(),
+        anonymous_id,
+        user_id,
+        now,
+        device.user_agent,
+        device.device_type.value,
+        device.os,
+        device.browser,
+        device.ip_address,
+    )
+    return None if row is None else snapshot(row)

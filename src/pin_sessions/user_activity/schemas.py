@@ -1,0 +1,146 @@
+"""Request and response bodies of the Session API (SPEC §4), camelCase on the wire.
+
+Request bodies forbid unknown fields, so a client can never send a timestamp
+(INV-SES-004): only the server clock sets times.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from pin_sessions.user_activity.domain import (
+    ACTION_DATA_MAX_BYTES,
+    ACTION_TYPE_PATTERN,
+    action_data_fits,
+)
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, frozen=True)
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class StartRequest(_Request):
+    """No fields: the server decides every time and reads the device from the request."""
+
+
+class HeartbeatRequest(_Request):
+    """No fields: the server decides every time."""
+
+
+class ActionRequest(_Request):
+    type: Annotated[str, Field(max_length=64, pattern=ACTION_TYPE_PATTERN.pattern)]
+    property_object_id: uuid.UUID | None = None
+    data: Any = None
+
+    @field_validator("data")
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        if not action_data_fits(encoded):
+            raise ValueError(f"data must be at most {ACTION_DATA_MAX_BYTES} bytes of JSON")
+        return value
+
+
+class PropertyViewRequest(_Request):
+    property_object_id: uuid.UUID
+
+
+class SessionStarted(_Response):
+    session_id: uuid.UUID
+    anonymous_id: uuid.UUID
+    user_id: uuid.UUID | None
+    status: str
+    created_at: datetime
+    last_activity_at: datetime
+    created: bool
+
+
+class HeartbeatAccepted(_Response):
+    session_id: uuid.UUID
+    last_activity_at: datetime
+    restarted: bool
+
+
+class SessionLinked(_Response):
+    session_id: uuid.UUID
+    user_id: uuid.UUID
+    linked_at: datetime
+    switched: bool
+
+
+class ActionRecorded(_Response):
+    action_id: uuid.UUID
+    session_id: uuid.UUID
+
+
+class ViewStarted(_Response):
+    view_id: uuid.UUID
+    session_id: uuid.UUID
+    started_at: datetime
+
+
+class ViewEnded(_Response):
+    view_id: uuid.UUID
+    duration_seconds: int
+
+
+class DeviceLink(_Response):
+    anonymous_id: uuid.UUID
+    user_id: uuid.UUID | None
+    linked_at: datetime | None
+
+
+class Device(_Response):
+    """Parsed device facts only: never the IP address or the raw user agent."""
+
+    type: str
+    os: str | None
+    browser: str | None
+
+
+class HistoryAction(_Response):
+    action_id: uuid.UUID
+    type: str
+    property_object_id: uuid.UUID | None
+    data: Any
+    user_id: uuid.UUID | None
+    created_at: datetime
+
+
+class HistoryView(_Response):
+    view_id: uuid.UUID
+    property_object_id: uuid.UUID
+    user_id: uuid.UUID | None
+    started_at: datetime
+    ended_at: datetime | None
+    duration_seconds: int | None
+
+
+class HistorySession(_Response):
+    session_id: uuid.UUID
+    anonymous_id: uuid.UUID
+    user_id: uuid.UUID | None
+    linked_at: datetime | None
+    status: str
+    created_at: datetime
+    last_activity_at: datetime
+    ended_at: datetime | None
+    duration_seconds: int | None
+    device: Device
+    actions: list[HistoryAction]
+    views: list[HistoryView]
+
+
+class History(_Response):
+    items: list[HistorySession]
+    next_cursor: str | None

@@ -1,0 +1,169 @@
+"""Every statement of the user-activity context, named.
+
+State transitions are single conditional statements (``… WHERE status = 'Active'``),
+so a race has one winner by construction.
+"""
+
+from __future__ import annotations
+
+# INV-SES-003/006: one conditional UPDATE, without loading the aggregate; an Inactive
+# session never matches. ``greatest`` keeps the activity time monotonic across instances.
+HEARTBEAT = """
+update user_activity.sessions
+set last_activity_at = greatest(last_activity_at, $2)
+where anonymous_id = $1 and status = 'Active'
+returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
+"""
+
+# INV-SES-001: the partial unique index decides which of racing starts creates the session;
+# the others insert nothing and heartbeat the winner's session instead.
+INSERT_SESSION = """
+insert into user_activity.sessions
+    (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,
+     device_user_agent, device_type, device_os, device_browser, device_ip)
+values ($1, $2, $3, case when $3::uuid is null then null else $4::timestamptz end,
+        'Active', $4, $4, $5, $6, $7, $8, $9)
+on conflict (anonymous_id) where status = 'Active' do nothing
+returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
+"""
+
+# Link holds the device's Active session until it commits, so two users linking one
+# device at once are serialised and the second sees the first one's outcome.
+LOCK_ACTIVE_SESSION = """
+select id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
+from user_activity.sessions
+where anonymous_id = $1 and status = 'Active'
+for update
+"""
+
+# INV-SES-002: user_id is set once, null → value.
+LINK_SESSION = """
+update user_activity.sessions
+set user_id = $2, linked_at = $3
+where id = $1 and status = 'Active' and user_id is null
+returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
+"""
+
+# The session that replaces a force-closed one: same device, parsed once, new user.
+INSERT_SWITCHED_SESSION = """
+insert into user_activity.sessions
+    (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,
+     device_user_agent, device_type, device_os, device_browser, device_ip)
+select $1, anonymous_id, $3, $4, 'Active', $4, $4,
+       device_user_agent, device_type, device_os, device_browser, device_ip
+from user_activity.sessions
+where id = $2
+returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
+"""
+
+# INV-SES-005: Active → Inactive with the duration computed in the same statement.
+# ``$3`` lets the closer re-check idleness, so a heartbeat that committed first wins.
+CLOSE_SESSIONS = """
+update user_activity.sessions
+set status = 'Inactive', ended_at = $2, duration = last_activity_at - created_at
+where id = any($1::uuid[])
+  and status = 'Active'
+  and ($3::timestamptz is null or last_activity_at < $3)
+returning id, anonymous_id, user_id, created_at, last_activity_at, duration
+"""
+
+# INV-LV-007: open views of closed sessions end at the session's last activity, never
+# before they started.
+CLOSE_OPEN_VIEWS = """
+update user_activity.property_object_views as v
+set ended_at = greatest(s.last_activity_at, v.started_at),
+    duration = greatest(s.last_activity_at, v.started_at) - v.started_at
+from user_activity.sessions as s
+where s.id = any($1::uuid[]) and v.session_id = s.id and v.ended_at is null
+returning v.id, v.session_id, v.property_object_id, s.user_id, v.started_at, v.ended_at,
+          v.duration
+"""
+
+INSERT_ACTION = """
+insert into user_activity.action_events
+    (id, session_id, user_id, type, property_object_id, data, created_at)
+values ($1, $2, $3, $4, $5, $6, $7)
+"""
+
+INSERT_VIEW = """
+insert into user_activity.property_object_views
+    (id, session_id, property_object_id, user_id, started_at)
+values ($1, $2, $3, $4, $5)
+"""
+
+# Ending is conditional on the view still being open and belonging to the caller's device.
+END_VIEW = """
+update user_activity.property_object_views as v
+set ended_at = greatest($3, v.started_at), duration = greatest($3, v.started_at) - v.started_at
+from user_activity.sessions as s
+where v.id = $1 and v.ended_at is null and s.id = v.session_id and s.anonymous_id = $2
+returning v.id, v.session_id, v.property_object_id, s.user_id, v.started_at, v.ended_at,
+          v.duration
+"""
+
+SELECT_VIEW_ON_DEVICE = """
+select v.id, v.duration
+from user_activity.property_object_views as v
+join user_activity.sessions as s on s.id = v.session_id
+where v.id = $1 and s.anonymous_id = $2
+"""
+
+# History pages: newest first; the cursor is the (created_at, id) of the last item seen.
+# A guest sees only the device's unlinked sessions: a linked one belongs to its user.
+SELECT_DEVICE_HISTORY = """
+select id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at, ended_at,
+       duration, device_type, device_os, device_browser
+from user_activity.sessions
+where anonymous_id = $1
+  and user_id is null
+  and ($2::timestamptz is null or (created_at, id) < ($2, $3::uuid))
+order by created_at desc, id desc
+limit $4
+"""
+
+SELECT_USER_HISTORY = """
+select id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at, ended_at,
+       duration, device_type, device_os, device_browser
+from user_activity.sessions
+where user_id = $1
+  and ($2::timestamptz is null or (created_at, id) < ($2, $3::uuid))
+order by created_at desc, id desc
+limit $4
+"""
+
+# Children of a page of sessions, the latest $2 of each: "before and after sign-in" is
+# assembled here, through session ownership, never by rewriting the children's user_id.
+SELECT_HISTORY_ACTIONS = """
+select session_id, id, user_id, type, property_object_id, data, created_at
+from (
+    select a.*, row_number() over (
+        partition by a.session_id order by a.created_at desc, a.id desc
+    ) as rank
+    from user_activity.action_events as a
+    where a.session_id = any($1::uuid[])
+) as ranked
+where rank <= $2
+order by session_id, created_at, id
+"""
+
+SELECT_HISTORY_VIEWS = """
+select session_id, id, user_id, property_object_id, started_at, ended_at, duration
+from (
+    select v.*, row_number() over (
+        partition by v.session_id order by v.started_at desc, v.id desc
+    ) as rank
+    from user_activity.property_object_views as v
+    where v.session_id = any($1::uuid[])
+) as ranked
+where rank <= $2
+order by session_id, started_at, id
+"""
+
+# The device's current link: its latest session.
+SELECT_DEVICE_LINK = """
+select anonymous_id, user_id, linked_at
+from user_activity.sessions
+where anonymous_id = $1
+order by created_at desc, id desc
+limit 1
+"""

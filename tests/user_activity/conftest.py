@@ -1,0 +1,61 @@
+"""Fixtures of the user-activity tests: signed-in users, m2m tokens, table readers."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import pytest
+
+from pin_sessions.platform.auth import TokenCodec
+from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.runtime import Runtime
+from tests.support.users import SignedInUser, signed_in_user
+
+UserFactory = Callable[..., Awaitable[SignedInUser]]
+
+IPHONE = (
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 18_0 like Mac OS X) AppleWebKit/605.1.15 "
+    "(KHTML, like Gecko) Version/18.0 Mobile/15E148 Safari/604.1"
+)
+
+
+@pytest.fixture
+def codec(runtime: Runtime) -> TokenCodec:
+    return TokenCodec(runtime.secrets.jwt_key)
+
+
+@pytest.fixture
+def new_user(runtime: Runtime, codec: TokenCodec, clock: FixedClock) -> UserFactory:
+    async def create(permissions: Iterable[str] = ()) -> SignedInUser:
+        async with runtime.database.transaction() as conn:
+            return await signed_in_user(conn, codec, now=clock.now(), permissions=permissions)
+
+    return create
+
+
+def device(anonymous_id: uuid.UUID, user: SignedInUser | None = None) -> dict[str, str]:
+    headers = {"X-Anonymous-Id": str(anonymous_id), "User-Agent": IPHONE}
+    if user is not None:
+        headers.update(user.headers)
+    return headers
+
+
+async def sessions_of(runtime: Runtime, anonymous_id: uuid.UUID) -> list[dict[str, Any]]:
+    async with runtime.database.connection() as conn:
+        rows = await conn.fetch(
+            "select * from user_activity.sessions where anonymous_id = $1 order by created_at, id",
+            anonymous_id,
+        )
+    return [dict(row) for row in rows]
+
+
+async def outbox(runtime: Runtime, event_type: str | None = None) -> list[dict[str, Any]]:
+    async with runtime.database.connection() as conn:
+        rows = await conn.fetch(
+            "select * from messaging.outbox where $1::text is null or event_type = $1 "
+            "order by position",
+            event_type,
+        )
+    return [dict(row) for row in rows]
