@@ -1,0 +1,1 @@
+"""User-activity background jobs: ActivityCloserJob and ActivityRetentionJob."""

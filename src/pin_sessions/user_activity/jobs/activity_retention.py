@@ -1,0 +1,180 @@
+"""ActivityRetentionJob: delete Inactive sessions older than the retention age (seed 003).
+
+A session is old when it ended more than ``age`` (365 days) before the ``now`` fixed at
+the start of the run. Its children reference it with ``ON DELETE RESTRICT``: the job
+deletes its ``action_events`` and ``property_object_views`` first, then the session, in
+one transaction per batch, so a batch is all gone or all there.
+
+Each batch claims at most ``batch_size`` sessions through ``ix_sessions_retention_ended_at``
+(migration 0007) with ``FOR UPDATE SKIP LOCKED``, so parallel instances take disjoint
+batches and each statement stays short on a large table; the children are found through
+their ``session_id`` indexes. An Active session is never touched: the status is in the
+claim and in the DELETE, and an Inactive session never changes again (INV-SES-006), so it
+gains no new children. The stop signal and ``max_run_duration`` are checked between batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry, Counter
+
+from pin_sessions.platform.jobs import command_row_count
+from pin_sessions.settings import ActivityRetentionSettings
+
+if TYPE_CHECKING:
+    import uuid
+    from datetime import datetime
+
+    from pin_sessions.platform.database import Connection, Database
+    from pin_sessions.platform.jobs import JobRun
+
+log = structlog.get_logger(__name__)
+
+CLAIM_RETIRED_SESSIONS = """
+select id from user_activity.sessions
+where status = 'Inactive' and ended_at < $1
+order by ended_at
+limit $2
+for update skip locked
+"""
+
+DELETE_ACTION_EVENTS = """
+delete from user_activity.action_events where session_id = any($1::uuid[])
+"""
+
+DELETE_PROPERTY_OBJECT_VIEWS = """
+delete from user_activity.property_object_views where session_id = any($1::uuid[])
+"""
+
+DELETE_SESSIONS = """
+delete from user_activity.sessions where id = any($1::uuid[]) and status = 'Inactive'
+"""
+
+# Children first: their foreign keys RESTRICT the session's deletion.
+DELETES = (
+    ("action_events", DELETE_ACTION_EVENTS),
+    ("property_object_views", DELETE_PROPERTY_OBJECT_VIEWS),
+    ("sessions", DELETE_SESSIONS),
+)
+
+# The seed's cadence: once a day.
+POLLING_INTERVAL = timedelta(days=1)
+BATCH_SIZE = 1000
+MAX_RUN_DURATION = timedelta(minutes=10)
+
+PHASE = "delete"
+
+
+@dataclass(frozen=True)
+class ActivityRetentionMetrics:
+    deleted: Counter
+    errors: Counter
+
+    @classmethod
+    def register(cls, registry: CollectorRegistry) -> ActivityRetentionMetrics:
+        metrics = cls(
+            deleted=Counter(
+                "user_activity_activity_retention_deleted_total",
+                "Rows deleted by activity retention, by table",
+                ["table"],
+                registry=registry,
+            ),
+            errors=Counter(
+                "user_activity_activity_retention_errors_total",
+                "Failed retention batches",
+                registry=registry,
+            ),
+        )
+        for table, _ in DELETES:
+            metrics.deleted.labels(table=table)
+        return metrics
+
+
+@dataclass
+class ActivityRetentionResult:
+    job_run_id: uuid.UUID
+    deleted: dict[str, int] = field(default_factory=lambda: {table: 0 for table, _ in DELETES})
+    batches: int = 0
+    largest_batch: int = 0
+    duration_ms: int = 0
+    failed: bool = False
+
+    @property
+    def succeeded(self) -> bool:
+        return not self.failed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "jobRunId": str(self.job_run_id),
+            "sessionsDeleted": self.deleted["sessions"],
+            "actionEventsDeleted": self.deleted["action_events"],
+            "propertyObjectViewsDeleted": self.deleted["property_object_views"],
+            "durationMs": self.duration_ms,
+        }
+
+
+@dataclass
+class ActivityRetentionJob:
+    """Deletes old Inactive sessions with their children, in bounded batches."""
+
+    database: Database
+    options: ActivityRetentionSettings
+    metrics: ActivityRetentionMetrics
+    batch_size: int = BATCH_SIZE
+    max_run_duration: timedelta = MAX_RUN_DURATION
+    name: str = field(default="activity-retention", init=False)
+    metric_prefix: str = field(default="user_activity_activity_retention", init=False)
+
+    async def run_once(self, now: datetime, run: JobRun) -> ActivityRetentionResult:
+        cutoff = now - self.options.age
+        result = ActivityRetentionResult(run.id)
+        with run.tracer.start_as_current_span(f"activity-retention {PHASE}") as span:
+            span.set_attribute("phase", PHASE)
+            try:
+                while not run.stopping:
+                    claimed = await self._delete_batch(cutoff, result)
+                    if claimed < self.batch_size or run.elapsed() >= self.max_run_duration:
+                        break
+            except Exception as exc:
+                result.failed = True
+                self.metrics.errors.inc()
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR)
+                log.warning("phase failed", phase=PHASE, exception=f"{type(exc).__name__}: {exc}")
+            else:
+                log.info("phase done", phase=PHASE, deletedCount=result.deleted["sessions"])
+            span.set_attribute("deletedCount", result.deleted["sessions"])
+        result.duration_ms = run.elapsed_ms()
+        return result
+
+    async def _delete_batch(self, cutoff: datetime, result: ActivityRetentionResult) -> int:
+        """One transaction: claim a batch of sessions, delete children then sessions."""
+        async with self.database.transaction() as conn:
+            rows = await conn.fetch(CLAIM_RETIRED_SESSIONS, cutoff, self.batch_size)
+            counts = await _delete_claimed(conn, [row["id"] for row in rows])
+        result.batches += 1
+        result.largest_batch = max(result.largest_batch, counts["sessions"])
+        for table, count in counts.items():
+            result.deleted[table] += count
+            self.metrics.deleted.labels(table=table).inc(count)
+        return len(rows)
+
+
+async def _delete_claimed(conn: Connection, session_ids: list[uuid.UUID]) -> dict[str, int]:
+    if not session_ids:
+        return {table: 0 for table, _ in DELETES}
+    return {
+        table: command_row_count(await conn.execute(statement, session_ids))
+        for table, statement in DELETES
+    }
+
+
+def build_activity_retention_job(
+    database: Database, options: ActivityRetentionSettings, registry: CollectorRegistry
+) -> ActivityRetentionJob:
+    return ActivityRetentionJob(database, options, ActivityRetentionMetrics.register(registry))

@@ -1,0 +1,82 @@
+"""Building the user-activity jobs on a test's runtime, the way the composition root does."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from opentelemetry.trace import Tracer
+from prometheus_client import CollectorRegistry
+
+from pin_sessions.platform.database import Database
+from pin_sessions.platform.jobs import PollingWorker
+from pin_sessions.platform.runtime import Runtime
+from pin_sessions.settings import ActivityCloserSettings, ActivityRetentionSettings
+from pin_sessions.user_activity.jobs.activity_closer import (
+    ActivityCloserResult,
+    build_activity_closer_job,
+)
+from pin_sessions.user_activity.jobs.activity_retention import (
+    POLLING_INTERVAL,
+    ActivityRetentionResult,
+    build_activity_retention_job,
+)
+
+COUNT_LOCK_WAITERS = """
+select count(*) from pg_stat_activity
+where datname = current_database() and wait_event_type = 'Lock'
+"""
+
+
+def closer_worker(
+    runtime: Runtime,
+    registry: CollectorRegistry,
+    *,
+    tracer: Tracer | None = None,
+    max_run_duration: timedelta | None = None,
+    database: Database | None = None,
+    **options: Any,
+) -> PollingWorker[ActivityCloserResult]:
+    """``database`` gives the closer a pool of its own, as a separate process would have."""
+    job = build_activity_closer_job(
+        database or runtime.database, ActivityCloserSettings(**options), registry
+    )
+    if max_run_duration is not None:
+        job.max_run_duration = max_run_duration
+    return PollingWorker(
+        job,
+        clock=runtime.clock,
+        interval=job.options.polling_interval,
+        registry=registry,
+        tracer=tracer,
+    )
+
+
+async def close_once(
+    runtime: Runtime, registry: CollectorRegistry, **options: Any
+) -> ActivityCloserResult:
+    result = await closer_worker(runtime, registry, **options).run_pass(asyncio.Event())
+    assert result is not None
+    return result
+
+
+async def retain_once(
+    runtime: Runtime, registry: CollectorRegistry, *, batch_size: int | None = None
+) -> ActivityRetentionResult:
+    job = build_activity_retention_job(runtime.database, ActivityRetentionSettings(), registry)
+    if batch_size is not None:
+        job.batch_size = batch_size
+    worker = PollingWorker(job, clock=runtime.clock, interval=POLLING_INTERVAL, registry=registry)
+    result = await worker.run_pass(asyncio.Event())
+    assert result is not None
+    return result
+
+
+async def wait_for_lock_waiters(runtime: Runtime, count: int) -> None:
+    """Until ``count`` backends of this database wait on a lock (read afresh each time)."""
+    while True:
+        async with runtime.database.connection() as conn:
+            if await conn.fetchval(COUNT_LOCK_WAITERS) >= count:
+                return
+        await asyncio.sleep(0.01)

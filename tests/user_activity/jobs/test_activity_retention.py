@@ -1,0 +1,155 @@
+"""ActivityRetentionJob: what it deletes, in which order, what it never deletes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import asyncpg
+import pytest
+from prometheus_client import CollectorRegistry
+
+from pin_sessions.platform.runtime import Runtime
+from pin_sessions.user_activity.jobs.activity_retention import CLAIM_RETIRED_SESSIONS
+from tests.user_activity.jobs.rows import insert_actions, insert_sessions, insert_views
+from tests.user_activity.jobs.support import retain_once
+
+DAY = timedelta(days=1)
+DELETED_TOTAL = "user_activity_activity_retention_deleted_total"
+
+COUNT_ROWS = """
+select (select count(*) from user_activity.sessions where id = any($1)) as sessions,
+       (select count(*) from user_activity.property_object_views where session_id = any($1))
+           as views,
+       (select count(*) from user_activity.action_events where session_id = any($1)) as actions
+"""
+
+SELECT_FOREIGN_KEY_ACTIONS = """
+select conrelid::regclass::text as child, confdeltype::text as confdeltype
+from pg_constraint
+where contype = 'f' and confrelid = 'user_activity.sessions'::regclass
+"""
+
+
+async def _counts(runtime: Runtime, ids: list[object]) -> tuple[int, int, int]:
+    async with runtime.database.connection() as conn:
+        row = await conn.fetchrow(COUNT_ROWS, ids)
+    assert row is not None
+    return row["sessions"], row["views"], row["actions"]
+
+
+async def test_old_inactive_sessions_go_with_their_children_and_active_never(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    now = runtime.clock.now()
+    old, recent = now - 400 * DAY, now - 100 * DAY
+    async with runtime.database.connection() as conn:
+        retired = await insert_sessions(
+            conn, count=4, created_at=old, last_activity_at=old, status="Inactive"
+        )
+        kept_inactive = await insert_sessions(
+            conn, count=2, created_at=recent, last_activity_at=recent, status="Inactive"
+        )
+        # Active for over a year (the closer has not run): retention never touches it.
+        ancient_active = await insert_sessions(
+            conn, count=2, created_at=old, last_activity_at=old, status="Active"
+        )
+        everyone = retired + kept_inactive + ancient_active
+        await insert_views(conn, everyone, started_at=old, ended_at=old)
+        await insert_actions(conn, everyone, created_at=old)
+        await insert_actions(conn, retired, created_at=old)
+
+    result = await retain_once(runtime, registry)
+
+    assert result.succeeded
+    assert result.deleted == {"sessions": 4, "property_object_views": 4, "action_events": 8}
+    assert await _counts(runtime, list(retired)) == (0, 0, 0)
+    assert await _counts(runtime, list(kept_inactive)) == (2, 2, 2)
+    assert await _counts(runtime, list(ancient_active)) == (2, 2, 2)
+    for table, count in result.deleted.items():
+        assert registry.get_sample_value(DELETED_TOTAL, {"table": table}) == count
+
+
+async def test_the_retention_age_is_measured_from_the_end_of_the_session(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    now = runtime.clock.now()
+    async with runtime.database.connection() as conn:
+        # Created over a year ago but ended within it: its data is still under a year old.
+        [long_session] = await insert_sessions(
+            conn,
+            count=1,
+            created_at=now - 400 * DAY,
+            last_activity_at=now - 300 * DAY,
+            status="Inactive",
+        )
+
+    result = await retain_once(runtime, registry)
+
+    assert result.deleted["sessions"] == 0
+    assert await _counts(runtime, [long_session]) == (1, 0, 0)
+
+
+async def test_retention_deletes_in_bounded_batches(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    now = runtime.clock.now()
+    old = now - 400 * DAY
+    async with runtime.database.connection() as conn:
+        ids = await insert_sessions(
+            conn, count=25, created_at=old, last_activity_at=old, status="Inactive"
+        )
+        await insert_actions(conn, ids, created_at=old)
+
+    result = await retain_once(runtime, registry, batch_size=10)
+
+    assert (result.deleted["sessions"], result.batches, result.largest_batch) == (25, 3, 10)
+    assert await _counts(runtime, list(ids)) == (0, 0, 0)
+
+
+async def test_the_children_keep_restricting_the_deletion_of_their_session(
+    runtime: Runtime,
+) -> None:
+    """The job deletes children first because the keys RESTRICT; they must stay so."""
+    now = runtime.clock.now()
+    async with runtime.database.connection() as conn:
+        keys = await conn.fetch(SELECT_FOREIGN_KEY_ACTIONS)
+        [session_id] = await insert_sessions(
+            conn, count=1, created_at=now, last_activity_at=now, status="Inactive"
+        )
+        await insert_actions(conn, [session_id], created_at=now)
+        with pytest.raises(asyncpg.RestrictViolationError):
+            await conn.execute("delete from user_activity.sessions where id = $1", session_id)
+    assert sorted((row["child"], row["confdeltype"]) for row in keys) == [
+        ("user_activity.action_events", "r"),
+        ("user_activity.property_object_views", "r"),
+    ]
+
+
+async def test_an_empty_table_is_a_no_op_success(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    result = await retain_once(runtime, registry)
+
+    assert result.succeeded
+    assert result.to_json() == {
+        "jobRunId": str(result.job_run_id),
+        "sessionsDeleted": 0,
+        "actionEventsDeleted": 0,
+        "propertyObjectViewsDeleted": 0,
+        "durationMs": result.duration_ms,
+    }
+    assert registry.get_sample_value(
+        "user_activity_activity_retention_last_success_timestamp_seconds"
+    ) == (runtime.clock.now().timestamp())
+
+
+async def test_the_claim_goes_through_the_retention_index(runtime: Runtime) -> None:
+    async with runtime.database.transaction() as conn:
+        await conn.execute("set local enable_seqscan = off")
+        plan = "\n".join(
+            row[0]
+            for row in await conn.fetch(
+                f"explain {CLAIM_RETIRED_SESSIONS}", runtime.clock.now(), 1000
+            )
+        )
+    assert "ix_sessions_retention_ended_at" in plan and "Sort" not in plan, plan
