@@ -1,0 +1,158 @@
+"""Kafka plumbing: client settings, topic creation, and the Kafka-fed consumer role.
+
+Offsets are committed by hand, and only once a batch's effects (or dead letters) are
+committed in PostgreSQL; after a failure the client is rebuilt, so it resumes from the
+last commit and nothing in between is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from pin_sessions.platform.messaging.envelope import (
+    MalformedMessage,
+    Message,
+    from_kafka_record,
+)
+from pin_sessions.platform.messaging.loop import wait_or_stop
+from pin_sessions.platform.messaging.metrics import MessagingMetrics
+from pin_sessions.platform.messaging.runner import ConsumerRunner
+
+log = structlog.get_logger(__name__)
+
+PARTITIONS = 6  # SPEC §6: every topic
+ADMIN_TIMEOUT_SECONDS = 10.0
+
+
+def producer_config(bootstrap_servers: str, *, message_timeout_ms: int) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        # Keys land on the partitions Java clients would pick for them.
+        "partitioner": "murmur2_random",
+        # Past this the delivery report says failed; the row stays unsent and is retried.
+        "message.timeout.ms": message_timeout_ms,
+        "client.id": "pin-sessions-relay",
+    }
+
+
+def consumer_config(
+    bootstrap_servers: str, group: str, *, session_timeout_ms: int
+) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+        # A group (re)forms within about this long: a member joining or leaving waits for it.
+        "session.timeout.ms": session_timeout_ms,
+        "heartbeat.interval.ms": max(session_timeout_ms // 10, 100),
+        "client.id": f"pin-sessions-{group}",
+    }
+
+
+def ensure_topics(admin: AdminClient, topics: Iterable[str]) -> None:
+    """Create the missing ones with 6 partitions; a topic another relay just made is fine."""
+    existing = set(admin.list_topics(timeout=ADMIN_TIMEOUT_SECONDS).topics)
+    missing = [topic for topic in topics if topic not in existing]
+    if not missing:
+        return
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=-1) for topic in missing],
+        operation_timeout=ADMIN_TIMEOUT_SECONDS,
+    )
+    for topic, future in futures.items():
+        try:
+            future.result()
+            log.info("topic created", topic=topic, partitions=PARTITIONS)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+class KafkaConsumer:
+    """Role: feeds one handler from its topic, in a consumer group named after it."""
+
+    def __init__(
+        self,
+        runner: ConsumerRunner,
+        bootstrap_servers: str,
+        metrics: MessagingMetrics,
+        *,
+        batch_size: int = 200,
+        poll_seconds: float = 0.2,
+        session_timeout_ms: int = 10_000,
+    ) -> None:
+        self.name = f"consume.{runner.consumer}"
+        self._runner = runner
+        self._config = consumer_config(
+            bootstrap_servers, runner.consumer, session_timeout_ms=session_timeout_ms
+        )
+        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+        self._metrics = metrics
+        self._batch_size = batch_size
+        self._poll_seconds = poll_seconds
+
+    async def run(self, stop: asyncio.Event) -> None:
+        log.info("consumer started", consumer=self._runner.consumer, bus="kafka")
+        backoff = 0.5
+        while not stop.is_set():
+            client = Consumer(self._config)
+            try:
+                # Subscribing to a topic that does not exist yet leaves the member without
+                # partitions until a metadata refresh; creating it first avoids the wait.
+                await asyncio.to_thread(ensure_topics, self._admin, [self._runner.handler.topic])
+                client.subscribe([self._runner.handler.topic])
+                while not stop.is_set():
+                    await self.run_once(client)
+                    backoff = 0.5
+            except Exception as exc:
+                log.warning("consumer pass failed, reconnecting", error=str(exc), retryIn=backoff)
+                await wait_or_stop(stop, backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                await asyncio.to_thread(client.close)
+        log.info("consumer stopped", consumer=self._runner.consumer)
+
+    async def run_once(self, client: Consumer) -> int:
+        """Apply one polled batch and commit its offsets; returns how many records it held."""
+        records = await asyncio.to_thread(client.consume, self._batch_size, self._poll_seconds)
+        messages: list[Message] = []
+        next_offsets: dict[tuple[str, int], int] = {}
+        for record in records:
+            error = record.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                continue
+            topic, partition, offset = record.topic(), record.partition(), record.offset()
+            assert topic is not None and partition is not None and offset is not None
+            next_offsets[(topic, partition)] = offset + 1
+            message = self._decode(record)
+            if message is not None:
+                messages.append(message)
+        if next_offsets:
+            # Records come in partition order, hence in each aggregate's order.
+            await self._runner.process_all(messages)
+            offsets = [TopicPartition(t, p, offset) for (t, p), offset in next_offsets.items()]
+            await asyncio.to_thread(client.commit, offsets=offsets, asynchronous=False)
+        return len(records)
+
+    def _decode(self, record: Any) -> Message | None:
+        try:
+            return from_kafka_record(record.topic(), record.headers(), record.value())
+        except MalformedMessage as exc:
+            # Without a MessageId there is nothing to dedup or park by; count it and go on.
+            self._metrics.dead_lettered.labels(self._runner.consumer).inc()
+            log.error("malformed record skipped", consumer=self._runner.consumer, error=str(exc))
+            return None

@@ -1,0 +1,49 @@
+"""``pin-sessions relay`` and ``pin-sessions consume NAME`` as real processes (SPEC §2, §7)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import httpx
+
+from tests.support.processes import free_port, pin_sessions
+
+
+def _metrics(port: int) -> str:
+    for _ in range(600):
+        try:
+            response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1)
+            if "pin_outbox_pending" in response.text:
+                return response.text
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("no delivery metrics were served")
+
+
+def test_a_consumer_serves_its_metrics_and_stops_gracefully_on_sigterm(
+    settings_env: dict[str, str],
+) -> None:
+    port = free_port()
+    process = pin_sessions(
+        "consume", "dev-stats-session-ended", "--metrics-port", str(port), env=settings_env
+    )
+    try:
+        text = _metrics(port)
+        assert 'pin_outbox_pending{reader="dev-stats-session-ended"} 0.0' in text
+        assert 'pin_outbox_lag_seconds{reader="dev-stats-session-ended"} 0.0' in text
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert '"event": "consumer stopped"' in err
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_the_relay_refuses_to_start_without_kafka(settings_env: dict[str, str]) -> None:
+    process = pin_sessions("relay", env=settings_env)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 2
+    assert "PIN_KAFKA_BOOTSTRAP_SERVERS" in err

