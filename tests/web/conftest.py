@@ -1,0 +1,74 @@
+"""Real headless Chromium against the live API, driven by Playwright.
+
+The browser is the system's Chromium (Debian's ``chromium`` package; ``.ci/run`` installs it),
+never a browser Playwright downloads. A missing browser fails these tests: it never skips them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, BrowserContext, async_playwright
+
+# As the machine's own probe runs it: no sandbox as root, and no background traffic to
+# hosts a closed network refuses.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+
+
+@pytest.fixture
+def settings_env(settings_env: dict[str, str]) -> dict[str, str]:
+    """The pages sign in with development codes, as on ``pin-sessions up``."""
+    return {**settings_env, "PIN_DEV_CODES": "1"}
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    """The Chromium to drive: ``PIN_TEST_CHROMIUM``, else the system package."""
+    explicit = os.environ.get("PIN_TEST_CHROMIUM")
+    candidates = [explicit] if explicit else [*CHROMIUM_CANDIDATES, shutil.which("chromium")]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return candidate
+    pytest.fail(
+        "The browser tests need Chromium and none was found "
+        f"(looked for {explicit or ', '.join(CHROMIUM_CANDIDATES)}). "
+        "Install it with `apt-get install -y chromium`, or set PIN_TEST_CHROMIUM to its path.",
+        pytrace=False,
+    )
+
+
+@pytest.fixture
+async def browser(chromium_path: str) -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=chromium_path, args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+@pytest.fixture
+async def device(browser: Browser, api_url: str) -> AsyncIterator[BrowserContext]:
+    """One browser profile (one device: its own localStorage), pointed at the live API."""
+    context = await browser.new_context(base_url=api_url)
+    context.set_default_timeout(20_000)
+    try:
+        yield context
+    finally:
+        await context.close()

@@ -1,0 +1,130 @@
+"""The dev-stats dashboard in real Chromium: a developer signs in with the development code
+flow, and the three charts draw the summary of sessions that really ended."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+from playwright.async_api import BrowserContext, Page
+
+from pin_sessions.bootstrap import build_consumer
+from pin_sessions.platform.auth import TokenCodec
+from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.messaging.metrics import MessagingMetrics
+from pin_sessions.platform.metrics import new_registry
+from pin_sessions.platform.runtime import Runtime
+from pin_sessions.user_activity.closing import close_sessions
+from tests.conftest import T0
+from tests.support.users import signed_in_user
+from tests.web import png
+
+START = "/api/user-activity/sessions/start"
+HEARTBEAT = "/api/user-activity/sessions/heartbeat"
+LINK = "/api/user-activity/sessions/link"
+GUEST_RGB = (0xE0, 0x7B, 0x39)  # --guest in pages.css
+USER_RGB = (0x3A, 0x7B, 0xD5)  # --user in pages.css
+P90_RGB = (0x2F, 0x6B, 0x4A)  # the darkest duration bar
+
+
+async def session_lasting(
+    http: httpx.AsyncClient, clock: FixedClock, minutes: int, *, bearer: str | None = None
+) -> uuid.UUID:
+    """A device session whose last activity is ``minutes`` after its start."""
+    started = (await http.post(START)).json()
+    device = {"X-Anonymous-Id": started["anonymousId"]}
+    if bearer is not None:
+        linked = await http.post(LINK, headers={**device, "Authorization": f"Bearer {bearer}"})
+        assert linked.status_code == 200, linked.text
+    clock.advance(timedelta(minutes=minutes))
+    assert (await http.post(HEARTBEAT, headers=device)).status_code == 200
+    return uuid.UUID(started["sessionId"])
+
+
+async def end_sessions_and_deliver(
+    runtime: Runtime, clock: FixedClock, sessions: list[uuid.UUID]
+) -> None:
+    """What the activity closer and the dev-stats consumer do on ``up``, one pass each."""
+    clock.advance(timedelta(minutes=20))
+    async with runtime.database.transaction() as conn:
+        closed = await close_sessions(conn, sessions, now=clock.now())
+    assert len(closed.session_ids) == len(sessions)
+    metrics = MessagingMetrics.register(new_registry())
+    consumer = build_consumer(runtime, "dev-stats-session-ended", metrics)
+    await consumer.run_once(clock.now())  # type: ignore[attr-defined]
+
+
+def coloured_pixels(screenshot: bytes, rgb: tuple[int, int, int]) -> int:
+    image = png.decode(screenshot)
+    return sum(
+        1
+        for pixel in image.pixels()
+        if all(abs(a - b) <= 12 for a, b in zip(pixel, rgb, strict=True))
+    )
+
+
+async def chart_shot(page: Page, selector: str, path: Path) -> bytes:
+    shot: bytes = await page.locator(selector).screenshot(path=path)
+    return shot
+
+
+async def test_the_dashboard_draws_sessions_per_day_durations_and_guest_vs_user(
+    device: BrowserContext,
+    http: httpx.AsyncClient,
+    runtime: Runtime,
+    clock: FixedClock,
+    tmp_path: Path,
+) -> None:
+    async with runtime.database.transaction() as conn:
+        user = await signed_in_user(conn, TokenCodec(runtime.secrets.jwt_key), now=clock.now())
+    sessions = [
+        await session_lasting(http, clock, 2),
+        await session_lasting(http, clock, 3),
+        await session_lasting(http, clock, 10, bearer=user.access_token),
+    ]
+    await end_sessions_and_deliver(runtime, clock, sessions)
+
+    page = await device.new_page()
+    day = T0.date()
+    await page.goto(f"/dev-stats?from={day - timedelta(days=6)}&to={day}&reloadMs=0")
+    await page.click("#sign-in")  # grants dev-stats.view, then signs in with the dev code
+    await page.wait_for_selector("#chart-per-day[data-empty='false']")
+
+    assert await page.text_content("#n-sessions") == "3"
+    assert await page.text_content("#n-guest") == "2"
+    assert await page.text_content("#n-user") == "1"
+    assert await page.locator("#chart-per-day rect.bar").count() == 2  # guest + user, one day
+    assert await page.locator("#chart-durations rect.bar").count() == 3  # p50, average, p90
+    assert await page.locator("#chart-guest-user path.slice").count() == 2
+
+    await page.screenshot(path=tmp_path / "dashboard.png", full_page=True)
+    per_day = await chart_shot(page, "#chart-per-day", tmp_path / "per-day.png")
+    durations = await chart_shot(page, "#chart-durations", tmp_path / "durations.png")
+    donut = await chart_shot(page, "#chart-guest-user", tmp_path / "guest-user.png")
+    assert coloured_pixels(per_day, GUEST_RGB) > 200
+    assert coloured_pixels(per_day, USER_RGB) > 100
+    assert coloured_pixels(durations, P90_RGB) > 200
+    # Two guests to one user: the guest share of the donut is about twice the user's.
+    guest, signed_in = coloured_pixels(donut, GUEST_RGB), coloured_pixels(donut, USER_RGB)
+    assert signed_in > 500
+    assert 1.6 < guest / signed_in < 2.4
+
+
+async def test_without_the_permission_the_dashboard_says_so_instead_of_drawing(
+    device: BrowserContext, http: httpx.AsyncClient, runtime: Runtime, clock: FixedClock
+) -> None:
+    async with runtime.database.transaction() as conn:
+        user = await signed_in_user(conn, TokenCodec(runtime.secrets.jwt_key), now=clock.now())
+    page = await device.new_page()
+    await page.goto("/dev-stats?reloadMs=0")
+    await page.evaluate(
+        "token => sessionStorage.setItem("
+        "'pin.devStats.tokens', JSON.stringify({accessToken: token}))",
+        user.access_token,
+    )
+    await page.reload()
+    await page.wait_for_selector("#status.error")
+    assert "dev-stats.view" in (await page.text_content("#status") or "")
+    assert await page.locator("#dashboard").is_hidden()

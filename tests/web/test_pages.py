@@ -1,0 +1,75 @@
+"""The pages and the tracker as the API serves them (plain HTTP, no browser)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pin_sessions.bootstrap import build_api, build_runtime
+from pin_sessions.platform.clock import FixedClock
+from pin_sessions.settings import load_settings
+from pin_sessions.web.http import STATIC_FILES, static_bytes
+from tests.support.http import LiveServer
+
+CANONICAL_TRACKER = Path(__file__).parents[2] / "clients" / "js" / "pin-tracker.js"
+
+
+def test_the_packaged_tracker_is_the_canonical_client_file() -> None:
+    """``clients/js/pin-tracker.js`` is the source; the package ships a copy of it."""
+    assert static_bytes("pin-tracker.js") == CANONICAL_TRACKER.read_bytes(), (
+        "src/pin_sessions/web/static/pin-tracker.js differs from clients/js/pin-tracker.js: "
+        "copy the client file over the packaged one"
+    )
+
+
+async def test_the_served_tracker_is_byte_identical_to_the_client_file(
+    http: httpx.AsyncClient,
+) -> None:
+    response = await http.get("/static/pin-tracker.js")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/javascript")
+    assert response.content == CANONICAL_TRACKER.read_bytes()
+
+
+@pytest.mark.parametrize("path", ["/dev-stats", "/demo"])
+async def test_pages_are_html_that_runs_only_same_origin_scripts(
+    http: httpx.AsyncClient, path: str
+) -> None:
+    response = await http.get(path)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy
+    assert "connect-src 'self'" in policy
+    # Every script and stylesheet the page names is one the router serves.
+    for name in STATIC_FILES:
+        if f"/static/{name}" in response.text:
+            assert (await http.get(f"/static/{name}")).status_code == 200
+
+
+async def test_only_listed_static_files_are_served(http: httpx.AsyncClient) -> None:
+    assert (await http.get("/static/..%2fhttp.py")).status_code == 404
+    assert (await http.get("/static/__init__.py")).status_code == 404
+
+
+async def test_the_dev_viewer_grant_exists_only_with_dev_codes(
+    settings_env: dict[str, str], database_url: str, clock: FixedClock
+) -> None:
+    """Without PIN_DEV_CODES=1 (always so in prod) nobody can grant themselves the dashboard."""
+    settings = load_settings({**settings_env, "PIN_DEV_CODES": "0"})
+    server = LiveServer(build_api(build_runtime(settings, database_url, clock=clock)))
+    url = server.start()
+    try:
+        async with httpx.AsyncClient(base_url=url) as client:
+            body = {"phoneNumber": "+15550100100"}
+            assert (await client.post("/dev/dev-stats/viewers", json=body)).status_code == 404
+            assert (await client.get("/dev-stats")).status_code == 200
+    finally:
+        server.stop()
+
+
+async def test_the_dev_viewer_grant_refuses_a_malformed_phone(http: httpx.AsyncClient) -> None:
+    response = await http.post("/dev/dev-stats/viewers", json={"phoneNumber": "12345"})
+    assert response.status_code == 422
