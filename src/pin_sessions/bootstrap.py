@@ -8,21 +8,45 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry
 
+from pin_sessions.dev_stats.consumers import SessionEndedConsumer
+from pin_sessions.dev_stats.routes import build_router as build_dev_stats_router
+from pin_sessions.identity.codes import (
+    CodeSender,
+    DevCodeStore,
+    FanOutCodeSender,
+    LoggingCodeSender,
+)
+from pin_sessions.identity.http import build_dev_codes_router, build_identity_router
+from pin_sessions.identity.jobs import expire_sessions, session_retention
 from pin_sessions.identity.liveness import RefreshSessionLiveness
+from pin_sessions.identity.operations import IdentityOperations
 from pin_sessions.platform.auth import Authenticator, TokenCodec
 from pin_sessions.platform.clock import Clock, SystemClock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.http.app import create_http_app
+from pin_sessions.platform.jobs import PollingWorker
+from pin_sessions.platform.messaging.kafka import KafkaConsumer
+from pin_sessions.platform.messaging.metrics import MessagingMetrics
+from pin_sessions.platform.messaging.pgbus import PostgresBusConsumer
+from pin_sessions.platform.messaging.relay import OutboxRelay
+from pin_sessions.platform.messaging.runner import ConsumerRunner, Handler
 from pin_sessions.platform.metrics import new_registry
+from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
 from pin_sessions.settings import Settings, load_settings
+from pin_sessions.user_activity.consumers import SignedInConsumer
+from pin_sessions.user_activity.http import QUIET_PATHS as USER_ACTIVITY_QUIET_PATHS
+from pin_sessions.user_activity.http import build_user_activity_routers
+from pin_sessions.user_activity.jobs import activity_closer, activity_retention
+from pin_sessions.web.http import build_web_router
 
 
 @contextlib.contextmanager
@@ -67,12 +91,41 @@ def build_authenticator(runtime: Runtime) -> Authenticator:
     )
 
 
+def build_identity_operations(runtime: Runtime) -> IdentityOperations:
+    """Identity's use cases; codes are logged as sent and, with PIN_DEV_CODES=1, kept readable."""
+    sender: CodeSender = LoggingCodeSender()
+    if runtime.settings.dev_codes:
+        sender = FanOutCodeSender([sender, DevCodeStore(runtime.database)])
+    return IdentityOperations(
+        runtime.database,
+        runtime.secrets,
+        build_token_codec(runtime),
+        sender,
+        refresh_reuse_interval=runtime.settings.refresh_reuse_interval,
+    )
+
+
+def build_identity_routers(runtime: Runtime, authenticator: Authenticator) -> list[APIRouter]:
+    routers = [
+        build_identity_router(build_identity_operations(runtime), authenticator, runtime.clock)
+    ]
+    if runtime.settings.dev_codes:
+        routers.append(build_dev_codes_router(DevCodeStore(runtime.database)))
+    return routers
+
+
 def build_api(runtime: Runtime) -> FastAPI:
     """The HTTP API with the routes of every context."""
     authenticator = build_authenticator(runtime)
+    # Routes match in order: user-activity's heartbeat, by far the most frequent request, first.
     routers: list[APIRouter] = []
-    del authenticator  # each context's router is added here as it lands
-    return create_http_app(runtime, routers=routers)
+    routers.extend(build_user_activity_routers(runtime, authenticator))
+    routers.extend(build_identity_routers(runtime, authenticator))
+    routers.append(build_dev_stats_router(runtime.database, authenticator, runtime.clock))
+    # Pages; with PIN_DEV_CODES=1 the dashboard may grant itself dev-stats.view (never in prod).
+    dev_grants = build_identity_operations(runtime) if runtime.settings.dev_codes else None
+    routers.append(build_web_router(runtime.clock, dev_grants))
+    return create_http_app(runtime, routers=routers, quiet_paths=USER_ACTIVITY_QUIET_PATHS)
 
 
 def api_from_environment() -> FastAPI:
@@ -82,3 +135,108 @@ def api_from_environment() -> FastAPI:
     if dsn is None:
         raise RuntimeError("serve --workers needs PIN_DATABASE_URL set by the parent process")
     return build_api(build_runtime(settings, dsn))
+
+
+def _expire_sessions_worker(runtime: Runtime) -> PollingWorker[Any]:
+    options = runtime.settings.expire_sessions
+    job = expire_sessions.build_expire_sessions_job(runtime.database, options, runtime.registry)
+    return PollingWorker(
+        job, clock=runtime.clock, interval=options.polling_interval, registry=runtime.registry
+    )
+
+
+def _session_retention_worker(runtime: Runtime) -> PollingWorker[Any]:
+    job = session_retention.build_session_retention_job(
+        runtime.database, runtime.settings.session_retention, runtime.registry
+    )
+    return PollingWorker(
+        job,
+        clock=runtime.clock,
+        interval=session_retention.POLLING_INTERVAL,
+        registry=runtime.registry,
+    )
+
+
+def _activity_closer_worker(runtime: Runtime) -> PollingWorker[Any]:
+    options = runtime.settings.activity_closer
+    job = activity_closer.build_activity_closer_job(runtime.database, options, runtime.registry)
+    return PollingWorker(
+        job, clock=runtime.clock, interval=options.polling_interval, registry=runtime.registry
+    )
+
+
+def _activity_retention_worker(runtime: Runtime) -> PollingWorker[Any]:
+    job = activity_retention.build_activity_retention_job(
+        runtime.database, runtime.settings.activity_retention, runtime.registry
+    )
+    return PollingWorker(
+        job,
+        clock=runtime.clock,
+        interval=activity_retention.POLLING_INTERVAL,
+        registry=runtime.registry,
+    )
+
+
+# `pin-sessions job NAME` builds one of these; `up` runs them all as roles.
+JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker[Any]]] = {
+    "expire-sessions": _expire_sessions_worker,
+    "session-retention": _session_retention_worker,
+    "activity-closer": _activity_closer_worker,
+    "activity-retention": _activity_retention_worker,
+}
+
+
+# `pin-sessions consume NAME` runs one of these; `up` runs them all.
+CONSUMERS: dict[str, Callable[[], Handler]] = {
+    "identity-signed-in": SignedInConsumer,
+    "dev-stats-session-ended": SessionEndedConsumer,
+}
+
+
+def build_consumer(
+    runtime: Runtime,
+    name: str,
+    metrics: MessagingMetrics,
+    *,
+    pause_before_progress_seconds: float = 0.0,
+) -> Role:
+    """The consumer on Kafka when PIN_KAFKA_BOOTSTRAP_SERVERS is set, else on the PostgreSQL bus.
+
+    ``pause_before_progress_seconds`` is a test-only hook (see ``PostgresBusConsumer``).
+    """
+    runner = ConsumerRunner(CONSUMERS[name](), runtime.database, runtime.clock, metrics)
+    bootstrap_servers = runtime.settings.kafka_bootstrap_servers
+    if bootstrap_servers:
+        return KafkaConsumer(runner, bootstrap_servers, metrics)
+    return PostgresBusConsumer(
+        runner,
+        runtime.database,
+        runtime.clock,
+        metrics,
+        all_consumers=sorted(CONSUMERS),
+        pause_before_progress_seconds=pause_before_progress_seconds,
+    )
+
+
+def build_relay(
+    runtime: Runtime, metrics: MessagingMetrics, *, pause_before_progress_seconds: float = 0.0
+) -> OutboxRelay:
+    bootstrap_servers = runtime.settings.kafka_bootstrap_servers
+    if not bootstrap_servers:
+        raise ValueError("the relay needs PIN_KAFKA_BOOTSTRAP_SERVERS")
+    return OutboxRelay(
+        runtime.database,
+        runtime.clock,
+        metrics,
+        bootstrap_servers,
+        pause_before_progress_seconds=pause_before_progress_seconds,
+    )
+
+
+def build_delivery_roles(runtime: Runtime) -> list[Role]:
+    """Every consumer, plus the relay when Kafka is configured, on the runtime's registry."""
+    metrics = MessagingMetrics.register(runtime.registry)
+    roles = [build_consumer(runtime, name, metrics) for name in CONSUMERS]
+    if runtime.settings.kafka_bootstrap_servers:
+        roles.append(build_relay(runtime, metrics))
+    return roles

@@ -9,18 +9,34 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 
 import structlog
 
-from pin_sessions.bootstrap import build_api, build_runtime, database_endpoint
+from pin_sessions.bootstrap import (
+    JOB_WORKERS,
+    build_api,
+    build_delivery_roles,
+    build_identity_operations,
+    build_runtime,
+    database_endpoint,
+)
+from pin_sessions.cli_jobs import add_job_parser, run_job_command
+from pin_sessions.cli_messaging import add_messaging_parsers, run_messaging_command
+from pin_sessions.identity.domain import E164_PATTERN, PERMISSION_PATTERN
+from pin_sessions.identity.errors import UnknownPhoneNumber
+from pin_sessions.platform.auth import TokenCodec
+from pin_sessions.platform.clock import SystemClock
 from pin_sessions.platform.embedded import DataDirBusy, DataDirLock
 from pin_sessions.platform.logging import configure_logging
 from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.process import Role, install_stop_signals, run_roles
 from pin_sessions.platform.runtime import Runtime
+from pin_sessions.platform.secrets import resolve_server_secrets
 from pin_sessions.platform.serving import ApiRole, ApiServer
+from pin_sessions.platform.tracing import process_tracing
 from pin_sessions.settings import Environment, Settings, SettingsError, load_settings
 
 log = structlog.get_logger("pin_sessions.cli")
@@ -46,7 +62,31 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=DEFAULT_HOST)
     serve.add_argument("--port", type=int, default=DEFAULT_PORT)
     serve.add_argument("--workers", type=int, default=1)
+
+    add_job_parser(commands)
+    add_messaging_parsers(commands)
+
+    token = commands.add_parser("token", help="mint tokens").add_subparsers(
+        dest="token_kind", required=True
+    )
+    m2m = token.add_parser("m2m", help="a machine-to-machine token for the internal APIs")
+    m2m.add_argument("--client", required=True)
+    m2m.add_argument("--scope", nargs="+", required=True)
+
+    users = commands.add_parser("users", help="manage users' permissions").add_subparsers(
+        dest="users_action", required=True
+    )
+    for action, text in (("grant", "grant permissions"), ("revoke", "withdraw permissions")):
+        change = users.add_parser(action, help=f"{text} (effective at the next token issue)")
+        change.add_argument("--phone", required=True, help="the user's E.164 phone number")
+        change.add_argument("--permission", nargs="+", required=True, type=_permission)
     return parser
+
+
+def _permission(value: str) -> str:
+    if not PERMISSION_PATTERN.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a permission such as dev-stats.view")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,11 +99,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level)
     try:
         if args.command == "up":
-            return _up(_with_up_defaults(settings), args.host, args.port)
+            with process_tracing("up", os.environ):
+                return _up(_with_up_defaults(settings), args.host, args.port)
         if args.command == "migrate":
             return _migrate(settings)
         if args.command == "serve":
-            return _serve(settings, args.host, args.port, args.workers)
+            with process_tracing("api", os.environ):
+                return _serve(settings, args.host, args.port, args.workers)
+        if args.command == "job":
+            return run_job_command(settings, args)
+        if args.command in ("relay", "consume"):
+            return run_messaging_command(settings, args)
+        if args.command == "token":
+            return _token_m2m(settings, args.client, args.scope)
+        if args.command == "users":
+            return _users(settings, args.users_action, args.phone, args.permission)
     except DataDirBusy as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -92,7 +142,13 @@ async def _run_up(runtime: Runtime, host: str, port: int) -> None:
     try:
         async with runtime.database.connection() as conn:
             await migrate(conn)
-        roles: list[Role] = [_api_role(runtime, host, port)]
+        # The jobs, consumers and relay share the runtime's registry, so their metrics show
+        # on the API's /metrics.
+        roles: list[Role] = [
+            _api_role(runtime, host, port),
+            *(build_worker(runtime) for build_worker in JOB_WORKERS.values()),
+            *build_delivery_roles(runtime),
+        ]
         await run_roles(roles, stop, grace_seconds=STOP_GRACE_SECONDS)
     finally:
         await runtime.database.close()
@@ -137,6 +193,8 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
                 workers=workers,
                 log_config=None,
                 access_log=False,
+                # The client address is decided by PIN_TRUSTED_PROXIES, not by uvicorn.
+                proxy_headers=False,
             )
             return 0
         runtime = build_runtime(settings, dsn)
@@ -149,4 +207,42 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
             )
 
         asyncio.run(run())
+    return 0
+
+
+def _token_m2m(settings: Settings, client: str, scopes: list[str]) -> int:
+    """Print an m2m token signed with the server secret the API uses."""
+    codec = TokenCodec(resolve_server_secrets(settings).jwt_key)
+    print(codec.issue_m2m_token(client, scopes, now=SystemClock().now()))
+    return 0
+
+
+def _users(settings: Settings, action: str, phone: str, permissions: list[str]) -> int:
+    """Grant or withdraw permissions; prints the user id and the change, never the phone."""
+    if not re.fullmatch(E164_PATTERN, phone):
+        print("pin-sessions: --phone must be an E.164 number such as +15550100", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def run(dsn: str) -> str:
+        runtime = build_runtime(settings, dsn, pool_max_size=1)
+        await runtime.database.open()
+        try:
+            operations = build_identity_operations(runtime)
+            if action == "grant":
+                user_id = await operations.grant_permissions(
+                    phone, permissions, runtime.clock.now()
+                )
+            else:
+                user_id = await operations.withdraw_permissions(phone, permissions)
+            return str(user_id)
+        finally:
+            await runtime.database.close()
+
+    with database_endpoint(settings) as dsn:
+        try:
+            user_id = asyncio.run(run(dsn))
+        except UnknownPhoneNumber as exc:
+            print(f"pin-sessions: {exc.detail}", file=sys.stderr)
+            return EXIT_FAILURE
+    print(json.dumps({"userId": user_id, action: sorted(set(permissions))}))
     return 0

@@ -8,9 +8,11 @@ Values come from ``PIN_*`` environment variables, nested groups with ``__``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +26,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "PIN_"
 NESTED_DELIMITER = "__"
@@ -73,6 +75,9 @@ class ExpireSessionsSettings(_Group):
     polling_interval: PositiveDuration = timedelta(minutes=5)
     batch_size: Annotated[int, Field(gt=0)] = 5000
     max_run_duration: PositiveDuration = timedelta(minutes=2)
+    # How long a phase's UPDATE waits for a row lock held elsewhere before the phase is
+    # reported failed (the next tick retries); keeps a stuck lock from stalling the run.
+    lock_timeout: PositiveDuration = timedelta(seconds=5)
 
 
 class SessionRetentionSettings(_Group):
@@ -92,6 +97,33 @@ class ActivityRetentionSettings(_Group):
 
 class HttpSettings(_Group):
     max_body_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
+
+
+IpNetwork = IPv4Network | IPv6Network
+
+
+def _network_list(value: Any) -> Any:
+    """``PIN_TRUSTED_PROXIES``: comma-separated or a JSON list of IPs and CIDRs.
+
+    A bare address is its own /32 (or /128); host bits in a CIDR are tolerated.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        value = (
+            json.loads(text) if text.startswith("[") else [p for p in text.split(",") if p.strip()]
+        )
+    if not isinstance(value, (list, tuple)):
+        return value
+    networks = []
+    for item in value:
+        if not isinstance(item, str):
+            networks.append(item)
+            continue
+        try:
+            networks.append(ip_network(item.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"{item.strip()!r} is not an IP address or CIDR network") from None
+    return networks
 
 
 class Settings(BaseSettings):
@@ -115,6 +147,8 @@ class Settings(BaseSettings):
     dev_codes: bool = False
     metrics_port: Annotated[int, Field(ge=0, le=65535)] | None = None
     log_level: str = "info"
+    # Peers whose X-Forwarded-For is believed; from anyone else it is ignored.
+    trusted_proxies: Annotated[tuple[IpNetwork, ...], NoDecode, BeforeValidator(_network_list)] = ()
 
     expire_sessions: ExpireSessionsSettings = ExpireSessionsSettings()
     session_retention: SessionRetentionSettings = SessionRetentionSettings()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 
@@ -221,9 +222,22 @@ async def test_every_request_gets_an_id_that_appears_in_its_log_line(
     response = await client.get("/no/such/route")
     request_id = response.headers["x-request-id"]
     assert response.json()["requestId"] == request_id
-    lines = [json.loads(line) for line in captured_logs.lines()]
-    mine = [line for line in lines if line.get("requestId") == request_id]
-    assert any(line["event"] == "http request" and line["status"] == 404 for line in mine)
+
+    def logged() -> bool:
+        lines = [json.loads(line) for line in captured_logs.lines()]
+        return any(
+            line.get("requestId") == request_id
+            and line["event"] == "http request"
+            and line["status"] == 404
+            for line in lines
+        )
+
+    # The server thread writes the line just after it sent the response.
+    for _ in range(200):
+        if logged():
+            break
+        await asyncio.sleep(0.01)
+    assert logged()
 
 
 async def test_a_sane_client_request_id_is_kept(client: httpx.AsyncClient) -> None:

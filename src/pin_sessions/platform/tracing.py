@@ -7,7 +7,8 @@ jobs one span per run); they leave the process only when
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -32,3 +33,14 @@ def build_tracer_provider(service_role: str, environ: Mapping[str, str]) -> Trac
 def install_tracer_provider(provider: TracerProvider) -> None:
     """Make ``provider`` the process-wide one (done once, by the composition root)."""
     trace.set_tracer_provider(provider)
+
+
+@contextlib.contextmanager
+def process_tracing(service_role: str, environ: Mapping[str, str]) -> Iterator[TracerProvider]:
+    """Install a provider for the life of a command; flush its spans when the command ends."""
+    provider = build_tracer_provider(service_role, environ)
+    install_tracer_provider(provider)
+    try:
+        yield provider
+    finally:
+        provider.shutdown()
