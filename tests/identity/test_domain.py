@@ -114,19 +114,19 @@ def test_a_user_agent_longer_than_the_column_is_truncated() -> None:
 @pytest.mark.parametrize(
     ("user_agent", "expected"),
     [
-        (IPHONE_UA, ("mobile", "iOS", "Mobile Safari")),
-        (DESKTOP_UA, ("desktop", "Windows", "Chrome")),
+        (IPHONE_UA, ("Mobile", "iOS 17", "Mobile Safari 17")),
+        (DESKTOP_UA, ("Desktop", "Windows 10", "Chrome 120")),
         (
             "Mozilla/5.0 (iPad; CPU OS 16_0 like Mac OS X) AppleWebKit/605.1.15 "
             "(KHTML, like Gecko) Version/16.0 Mobile/15E148 Safari/604.1",
-            ("tablet", "iOS", "Mobile Safari"),
+            ("Tablet", "iOS 16", "Mobile Safari 16"),
         ),
-        ("Googlebot/2.1 (+http://www.google.com/bot.html)", ("bot", "Other", "Googlebot")),
-        ("", ("unknown", "Other", "Other")),
+        ("Googlebot/2.1 (+http://www.google.com/bot.html)", ("Bot", None, "Googlebot 2")),
+        ("", ("Unknown", None, None)),
     ],
 )
 def test_the_device_is_described_by_ua_parser(
-    user_agent: str, expected: tuple[str, str, str]
+    user_agent: str, expected: tuple[str, str | None, str | None]
 ) -> None:
     described = devices.describe(user_agent)
     assert (described.type, described.os, described.browser) == expected

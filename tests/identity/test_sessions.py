@@ -52,10 +52,10 @@ async def test_the_device_list_shows_live_sessions_parsed_and_marks_the_current_
         "createdAt": "2026-11-29T12:01:00Z",
         "lastUsedAt": "2026-11-29T12:01:00Z",
         "expiresAt": "2026-12-29T12:01:00Z",
-        "device": {"type": "desktop", "os": "Windows", "browser": "Chrome"},
+        "device": {"type": "Desktop", "os": "Windows 10", "browser": "Chrome 120"},
         "current": True,
     }
-    assert items[1]["device"] == {"type": "mobile", "os": "iOS", "browser": "Mobile Safari"}
+    assert items[1]["device"] == {"type": "Mobile", "os": "iOS 17", "browser": "Mobile Safari 17"}
     assert items[1]["current"] is False
     assert "127.0.0.1" not in response.text
 

@@ -68,8 +68,8 @@ class TokenPairOut(_Out):
 
 class DeviceOut(_Out):
     type: str
-    os: str
-    browser: str
+    os: str | None
+    browser: str | None
 
 
 class SessionOut(_Out):

@@ -11,10 +11,11 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.platform.database import Database
+from pin_sessions.platform.devices import DeviceType
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity import operations, sql
-from pin_sessions.user_activity.domain import DeviceInfo, DeviceType
+from pin_sessions.user_activity.domain import DeviceInfo
 from pin_sessions.user_activity.linking import link_device
 from tests.user_activity.conftest import device
 from tests.user_activity.jobs.rows import insert_sessions, insert_views, session_ended_counts

@@ -13,10 +13,11 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import httpx
 
+from pin_sessions.platform.devices import DeviceType
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity import operations
-from pin_sessions.user_activity.domain import DeviceInfo, DeviceType
+from pin_sessions.user_activity.domain import DeviceInfo
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
 from tests.user_activity.jobs.rows import (
     insert_actions,
