@@ -51,3 +51,24 @@ async def test_a_rolled_back_transaction_leaves_no_event(runtime: Runtime) -> No
         await append_then_fail()
     async with runtime.database.connection() as conn:
         assert await conn.fetchval("select count(*) from messaging.outbox") == 0
+
+
+def test_event_type_and_version_follow_from_the_topic() -> None:
+    event = IntegrationEvent.on_topic(
+        "pin.user-activity.session-ended.v1",
+        aggregate_type="Session",
+        aggregate_id=uuid.uuid4(),
+        payload={},
+    )
+    assert event.event_type == "pin.user-activity.session-ended"
+    assert event.version == 1
+
+
+def test_a_topic_without_a_version_suffix_is_refused() -> None:
+    with pytest.raises(ValueError, match="does not end in"):
+        IntegrationEvent.on_topic(
+            "pin.user-activity.session-ended",
+            aggregate_type="Session",
+            aggregate_id=uuid.uuid4(),
+            payload={},
+        )

@@ -10,11 +10,6 @@ from pin_sessions.platform.outbox import IntegrationEvent
 
 SIGN_INS_TOPIC = "pin.identity.sign-ins.v1"
 SESSION_REVOKED_TOPIC = "pin.identity.session-revoked.v1"
-CONTRACT_VERSION = 1
-
-
-def _event_type(topic: str) -> str:
-    return topic.removesuffix(f".v{CONTRACT_VERSION}")
 
 
 def user_signed_in(
@@ -23,10 +18,8 @@ def user_signed_in(
     anonymous_id: uuid.UUID | None,
     signed_in_at: datetime,
 ) -> IntegrationEvent:
-    return IntegrationEvent(
-        topic=SIGN_INS_TOPIC,
-        event_type=_event_type(SIGN_INS_TOPIC),
-        version=CONTRACT_VERSION,
+    return IntegrationEvent.on_topic(
+        SIGN_INS_TOPIC,
         aggregate_type="User",
         aggregate_id=user_id,
         # AnonymousId is nullable, not optional: the key is always there (null without header).
@@ -42,10 +35,8 @@ def user_signed_in(
 def session_revoked(
     session_id: uuid.UUID, user_id: uuid.UUID, revoked_at: datetime, reason: RevokedReason
 ) -> IntegrationEvent:
-    return IntegrationEvent(
-        topic=SESSION_REVOKED_TOPIC,
-        event_type=_event_type(SESSION_REVOKED_TOPIC),
-        version=CONTRACT_VERSION,
+    return IntegrationEvent.on_topic(
+        SESSION_REVOKED_TOPIC,
         aggregate_type="RefreshSession",
         aggregate_id=session_id,
         payload={

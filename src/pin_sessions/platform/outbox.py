@@ -30,6 +30,28 @@ class IntegrationEvent:
     payload: Mapping[str, Any]
     message_id: uuid.UUID = field(default_factory=new_id)
 
+    @classmethod
+    def on_topic(
+        cls,
+        topic: str,
+        *,
+        aggregate_type: str,
+        aggregate_id: uuid.UUID,
+        payload: Mapping[str, Any],
+    ) -> IntegrationEvent:
+        """EventType and Version follow from the topic: ``pin.a.b.v1`` is ``pin.a.b``, version 1."""
+        event_type, _, version = topic.rpartition(".v")
+        if not event_type or not version.isdigit():
+            raise ValueError(f"topic {topic!r} does not end in .v<ContractVersion>")
+        return cls(
+            topic=topic,
+            event_type=event_type,
+            version=int(version),
+            aggregate_type=aggregate_type,
+            aggregate_id=aggregate_id,
+            payload=payload,
+        )
+
 
 INSERT_EVENT = """
 insert into messaging.outbox

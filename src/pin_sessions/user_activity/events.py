@@ -14,20 +14,13 @@ from pin_sessions.user_activity.domain import duration_seconds
 SESSION_LINKED_TOPIC = "pin.user-activity.session-linked.v1"
 SESSION_ENDED_TOPIC = "pin.user-activity.session-ended.v1"
 PROPERTY_OBJECT_VIEW_ENDED_TOPIC = "pin.user-activity.property-object-view-ended.v1"
-CONTRACT_VERSION = 1
-
-
-def _event_type(topic: str) -> str:
-    return topic.removesuffix(f".v{CONTRACT_VERSION}")
 
 
 def session_linked(
     *, session_id: uuid.UUID, anonymous_id: uuid.UUID, user_id: uuid.UUID, linked_at: datetime
 ) -> IntegrationEvent:
-    return IntegrationEvent(
-        topic=SESSION_LINKED_TOPIC,
-        event_type=_event_type(SESSION_LINKED_TOPIC),
-        version=CONTRACT_VERSION,
+    return IntegrationEvent.on_topic(
+        SESSION_LINKED_TOPIC,
         aggregate_type="Session",
         aggregate_id=session_id,
         payload={
@@ -49,10 +42,8 @@ def session_ended(
     duration: timedelta,
 ) -> IntegrationEvent:
     """Exactly seed 004's payload: nothing about the device, no EndedAt, Status or LinkedAt."""
-    return IntegrationEvent(
-        topic=SESSION_ENDED_TOPIC,
-        event_type=_event_type(SESSION_ENDED_TOPIC),
-        version=CONTRACT_VERSION,
+    return IntegrationEvent.on_topic(
+        SESSION_ENDED_TOPIC,
         aggregate_type="Session",
         aggregate_id=session_id,
         payload={
@@ -77,10 +68,8 @@ def property_object_view_ended(
     duration: timedelta,
 ) -> IntegrationEvent:
     """``user_id`` is the session's user when the view ended, not the view's snapshot."""
-    return IntegrationEvent(
-        topic=PROPERTY_OBJECT_VIEW_ENDED_TOPIC,
-        event_type=_event_type(PROPERTY_OBJECT_VIEW_ENDED_TOPIC),
-        version=CONTRACT_VERSION,
+    return IntegrationEvent.on_topic(
+        PROPERTY_OBJECT_VIEW_ENDED_TOPIC,
         aggregate_type="PropertyObjectView",
         aggregate_id=view_id,
         payload={
