@@ -61,6 +61,9 @@ async def test_an_action_is_recorded_and_counts_as_activity(
         {"type": "ok", "data": "x" * (8 * 1024)},
         {"type": "ok", "createdAt": "2020-01-01T00:00:00Z"},
         {"type": "ok", "sessionId": str(uuid.uuid4())},
+        # jsonb cannot store U+0000, in a value or in a key
+        {"type": "ok", "data": {"note": "a\u0000b"}},
+        {"type": "ok", "data": [{"a\u0000": 1}]},
     ],
 )
 async def test_an_invalid_action_is_rejected(

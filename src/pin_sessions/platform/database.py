@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
 
-from pin_sessions.platform.errors import ServiceUnavailable, UniqueViolation
+from pin_sessions.platform.errors import ServiceUnavailable, UniqueViolation, ValidationFailed
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -99,5 +99,9 @@ def translate_driver_errors() -> Iterator[None]:
         yield
     except asyncpg.UniqueViolationError as exc:
         raise UniqueViolation(exc.constraint_name) from exc
+    except (asyncpg.UntranslatableCharacterError, asyncpg.CharacterNotInRepertoireError) as exc:
+        # Input the API let through but PostgreSQL cannot store (U+0000 in text or jsonb):
+        # the caller's data is at fault, not the service.
+        raise ValidationFailed("a text value holds a character that cannot be stored") from exc
     except (OSError, asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError) as exc:
         raise ServiceUnavailable("database unavailable") from exc

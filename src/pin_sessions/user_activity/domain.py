@@ -105,3 +105,14 @@ def _is_trusted(address: str, networks: tuple[Network, ...]) -> bool:
 def action_data_fits(encoded: bytes) -> bool:
     """Action data is bounded (SPEC §5): at most 8 KiB of JSON."""
     return len(encoded) <= ACTION_DATA_MAX_BYTES
+
+
+def has_nul_character(value: object) -> bool:
+    """True when any string in ``value``, key or item, holds U+0000: jsonb cannot store it."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul_character(key) or has_nul_character(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(has_nul_character(item) for item in value)
+    return False

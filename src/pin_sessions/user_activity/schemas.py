@@ -18,6 +18,7 @@ from pin_sessions.user_activity.domain import (
     ACTION_DATA_MAX_BYTES,
     ACTION_TYPE_PATTERN,
     action_data_fits,
+    has_nul_character,
 )
 
 
@@ -48,6 +49,8 @@ class ActionRequest(_Request):
         encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
         if not action_data_fits(encoded):
             raise ValueError(f"data must be at most {ACTION_DATA_MAX_BYTES} bytes of JSON")
+        if has_nul_character(value):
+            raise ValueError("data must not contain the character U+0000")
         return value
 
 
