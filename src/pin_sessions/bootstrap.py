@@ -6,11 +6,13 @@ these functions once, with explicit arguments.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import asyncpg
 from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry
 
@@ -38,6 +40,7 @@ from pin_sessions.platform.messaging.pgbus import PostgresBusConsumer
 from pin_sessions.platform.messaging.relay import OutboxRelay
 from pin_sessions.platform.messaging.runner import ConsumerRunner, Handler
 from pin_sessions.platform.metrics import new_registry
+from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
@@ -50,7 +53,7 @@ from pin_sessions.web.http import build_web_router
 
 
 @contextlib.contextmanager
-def database_endpoint(settings: Settings) -> Iterator[str]:
+def database_endpoint(settings: Settings, *, migrate_embedded: bool = True) -> Iterator[str]:
     """``PIN_DATABASE_URL`` when set; otherwise the embedded server, stopped on exit."""
     if settings.database_url is not None:
         yield settings.database_url.get_secret_value()
@@ -58,9 +61,21 @@ def database_endpoint(settings: Settings) -> Iterator[str]:
     embedded = EmbeddedPostgres(settings.data_dir / "pg")
     dsn = embedded.start()
     try:
+        # Nobody else manages the embedded database, so every role brings its schema up
+        # to date (under the migration lock) instead of failing on a fresh data directory.
+        if migrate_embedded:
+            asyncio.run(_migrate_once(dsn))
         yield dsn
     finally:
         embedded.stop()
+
+
+async def _migrate_once(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
 
 
 def build_runtime(

@@ -173,7 +173,8 @@ def _migrate(settings: Settings) -> int:
         finally:
             await runtime.database.close()
 
-    with database_endpoint(settings) as dsn:
+    # `migrate` reports what it applied, so the endpoint must not migrate before it.
+    with database_endpoint(settings, migrate_embedded=False) as dsn:
         applied = asyncio.run(run(dsn))
     print(json.dumps({"applied": applied}))
     return 0

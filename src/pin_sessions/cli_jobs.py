@@ -69,7 +69,9 @@ async def _run_once(worker: PollingWorker[Any]) -> int:
     if result is None:
         return EXIT_FAILURE
     print(json.dumps(result.to_json()), flush=True)
-    return 0
+    # A pass whose phase failed still reports what it did, but a scheduler running
+    # `--once` must see that it failed.
+    return 0 if result.succeeded else EXIT_FAILURE
 
 
 async def _run_loop(worker: PollingWorker[Any], registry: Any, port: int | None) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -95,3 +96,18 @@ def test_serve_runs_the_api_only(database_url: str, tmp_path: Path) -> None:
     wait_until_ready(f"http://127.0.0.1:{port}", process)
     _, err = _stop(process, signal.SIGTERM)
     assert process.returncode == 0, err
+
+
+def test_a_job_on_a_fresh_embedded_data_dir_brings_the_schema_up_first(tmp_path: Path) -> None:
+    process = pin_sessions(
+        "job", "expire-sessions", "--once", env={"PIN_DATA_DIR": str(tmp_path / "data")}
+    )
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    result = json.loads(out)
+    assert (result["refreshExpired"], result["sicrExpired"], result["backlogRemaining"]) == (
+        0,
+        0,
+        0,
+    )
+    assert "phase failed" not in err
