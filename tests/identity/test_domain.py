@@ -23,6 +23,7 @@ from pin_sessions.identity.errors import (
     SessionExpired,
     SessionRevoked,
 )
+from pin_sessions.platform.devices import truncate_user_agent
 from tests.conftest import T0
 from tests.identity.flows import DESKTOP_UA, IPHONE_UA
 
@@ -107,8 +108,8 @@ def test_a_revoked_or_expired_session_is_refused_with_its_own_error() -> None:
 
 
 def test_a_user_agent_longer_than_the_column_is_truncated() -> None:
-    assert len(domain.truncate_user_agent("a" * 5000)) == 1024
-    assert domain.truncate_user_agent(None) == ""
+    assert len(truncate_user_agent("a" * 5000)) == 1024
+    assert truncate_user_agent(None) == ""
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ from ipaddress import ip_network
 
 import pytest
 
-from pin_sessions.platform.devices import DeviceType
+from pin_sessions.platform.devices import USER_AGENT_MAX_LENGTH, DeviceType
 from pin_sessions.settings import SettingsError, load_settings
-from pin_sessions.user_activity.domain import USER_AGENT_MAX_LENGTH, client_ip, device_info
+from pin_sessions.user_activity.domain import client_ip, device_info
 from tests.user_activity.conftest import IPHONE
 
 WINDOWS_CHROME = (

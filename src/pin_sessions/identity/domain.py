@@ -28,7 +28,6 @@ SIGN_IN_REQUEST_WINDOW = timedelta(minutes=15)
 REFRESH_SESSION_TTL = timedelta(days=30)
 CODE_DIGITS = 6
 REFRESH_TOKEN_BYTES = 32
-MAX_USER_AGENT_LENGTH = 1024
 MAX_IP_LENGTH = 45
 
 E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
@@ -143,7 +142,3 @@ def session_refusal(state: SessionState, now: datetime) -> IdentityError:
 def storable_ip(host: str | None) -> str | None:
     """The client address as the varchar(45) columns keep it; a longer one is no IP we can use."""
     return host if host and len(host) <= MAX_IP_LENGTH else None
-
-
-def truncate_user_agent(user_agent: str | None) -> str:
-    return (user_agent or "")[:MAX_USER_AGENT_LENGTH]

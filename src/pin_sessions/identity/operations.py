@@ -25,6 +25,7 @@ from pin_sessions.identity.errors import (
 from pin_sessions.platform import outbox
 from pin_sessions.platform.auth import SessionNotActive, TokenCodec, UserPrincipal
 from pin_sessions.platform.database import Connection, Database
+from pin_sessions.platform.devices import truncate_user_agent
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.secrets import ServerSecrets
 
@@ -248,7 +249,7 @@ class IdentityOperations:
                 token_hash=domain.token_hash(refresh_token),
                 created_at=now,
                 expires_at=expires_at,
-                device_user_agent=domain.truncate_user_agent(device.user_agent),
+                device_user_agent=truncate_user_agent(device.user_agent),
                 device_ip=device.ip,
             ),
         )

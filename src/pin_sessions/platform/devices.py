@@ -15,6 +15,8 @@ from typing import Any
 from ua_parser import parse
 
 DEVICE_TEXT_MAX_LENGTH = 128
+# Both contexts store the user agent in a varchar(1024) column (SPEC §3, seed 003).
+USER_AGENT_MAX_LENGTH = 1024
 
 _DESKTOP_OS_FAMILIES = frozenset(
     {"Windows", "Mac OS X", "macOS", "Linux", "Ubuntu", "Fedora", "Chrome OS", "FreeBSD"}
@@ -35,6 +37,11 @@ class ParsedDevice:
     device_type: DeviceType
     os: str | None
     browser: str | None
+
+
+def truncate_user_agent(user_agent: str | None) -> str:
+    """The request's user agent cut to the column's length; a missing one is empty."""
+    return (user_agent or "")[:USER_AGENT_MAX_LENGTH]
 
 
 # The same few user agents repeat endlessly; parsing one costs about a millisecond.

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from pin_sessions.platform.devices import DeviceType, parse_user_agent
+from pin_sessions.platform.devices import DeviceType, parse_user_agent, truncate_user_agent
 
-USER_AGENT_MAX_LENGTH = 1024
 ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9._-]{1,64}$")
 ACTION_DATA_MAX_BYTES = 8 * 1024
 
@@ -51,7 +50,7 @@ class SessionSnapshot:
 
 def device_info(user_agent: str | None, ip_address: str | None) -> DeviceInfo:
     """Parse the request's user agent once; the stored text is cut to its column's length."""
-    text = (user_agent or "")[:USER_AGENT_MAX_LENGTH]
+    text = truncate_user_agent(user_agent)
     parsed = parse_user_agent(text)
     return DeviceInfo(text, parsed.device_type, parsed.os, parsed.browser, ip_address)
 
