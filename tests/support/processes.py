@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +31,25 @@ def pin_sessions(*args: str, env: Mapping[str, str]) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+async def communicate(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """Wait for the process to exit without blocking the test's event loop."""
+    return await asyncio.to_thread(process.communicate, timeout=180)
+
+
+async def metrics_of_up(env: Mapping[str, str]) -> str:
+    """Start ``up``, read its API's ``/metrics`` once ready, stop it with SIGINT."""
+    port = free_port()
+    process = pin_sessions("up", "--port", str(port), env=env)
+    try:
+        wait_until_ready(f"http://127.0.0.1:{port}", process)
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = await communicate(process)
+    assert process.returncode == 0, err[-3000:]
+    return metrics
 
 
 def wait_until_ready(url: str, process: subprocess.Popen[str], timeout: float = 60) -> None:

@@ -24,7 +24,6 @@ prints as one JSON object.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from pin_sessions.platform.ids import new_id
+from pin_sessions.platform.process import wait_or_stop
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -140,8 +140,7 @@ class PollingWorker(Generic[ResultV]):
         """A pass, then a wait on ``stop`` or the interval; a failed pass never ends the loop."""
         while not stop.is_set():
             await self.run_pass(stop)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._interval.total_seconds())
+            await wait_or_stop(stop, self._interval.total_seconds())
 
     async def run_pass(self, stop: asyncio.Event) -> ResultV | None:
         """One run of the job; ``None`` when it raised (logged and counted, not re-raised)."""

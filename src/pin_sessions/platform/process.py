@@ -7,6 +7,7 @@ finishes what it must not cut (a running statement, a chunk) and returns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Sequence
 from typing import Protocol
@@ -20,6 +21,12 @@ class Role(Protocol):
     name: str
 
     async def run(self, stop: asyncio.Event) -> None: ...
+
+
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds`` unless ``stop`` is set first: how every loop waits between passes."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

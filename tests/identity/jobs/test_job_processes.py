@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +18,12 @@ from tests.identity.jobs.rows import (
     insert_user,
     statuses,
 )
-from tests.support.processes import free_port, pin_sessions, wait_until_ready
+from tests.support.processes import (
+    communicate,
+    free_port,
+    metrics_of_up,
+    pin_sessions,
+)
 
 EXPIRED_REFRESH_SESSIONS = 50_000
 EXPIRED_SICR = 10_000
@@ -58,10 +62,6 @@ async def _count_lock_waiters(database_url: str) -> int:
         await conn.close()
 
 
-async def _communicate(process: subprocess.Popen[str]) -> tuple[str, str]:
-    return await asyncio.to_thread(process.communicate, timeout=180)
-
-
 def _log_events(stderr: str, name: str) -> list[dict[str, Any]]:
     events = []
     for line in stderr.splitlines():
@@ -94,7 +94,7 @@ async def test_two_processes_flip_every_expired_row_exactly_once(
             assert all(process.poll() is None for process in processes)
             await asyncio.sleep(0.05)
         await gate_transaction.rollback()
-        outputs = [await _communicate(process) for process in processes]
+        outputs = [await communicate(process) for process in processes]
         transitions = await gate.fetchrow(
             "select count(*) as total, count(distinct row_id) as distinct_rows, "
             "count(*) filter (where new_status <> 'Expired') as other "
@@ -154,7 +154,7 @@ async def test_sigterm_stops_the_loop_between_chunks_with_every_started_chunk_co
             await asyncio.sleep(0.02)
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
         process.send_signal(signal.SIGTERM)
-        _, err = await _communicate(process)
+        _, err = await communicate(process)
         per_transaction = await conn.fetch(
             "select count(*) as n from public.test_transitions group by txid"
         )
@@ -177,15 +177,7 @@ async def test_sigterm_stops_the_loop_between_chunks_with_every_started_chunk_co
 async def test_up_shows_the_identity_jobs_metrics_on_the_api_metrics(
     settings_env: dict[str, str],
 ) -> None:
-    port = free_port()
-    process = pin_sessions("up", "--port", str(port), env=settings_env)
-    try:
-        wait_until_ready(f"http://127.0.0.1:{port}", process)
-        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-    finally:
-        process.send_signal(signal.SIGINT)
-        _, err = await _communicate(process)
-    assert process.returncode == 0, err[-3000:]
+    metrics = await metrics_of_up(settings_env)
     for name in (
         "identity_expire_sessions_refresh_expired_total",
         "identity_expire_sessions_backlog",
@@ -211,7 +203,7 @@ async def test_session_retention_once_prints_its_result_as_one_json_object(
         await conn.close()
 
     process = pin_sessions("job", "session-retention", "--once", env=settings_env)
-    out, err = await _communicate(process)
+    out, err = await communicate(process)
 
     assert process.returncode == 0, err[-3000:]
     result = json.loads(out)

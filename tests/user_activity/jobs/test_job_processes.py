@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
-import httpx
 
 from pin_sessions.platform.devices import DeviceType
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity import operations
 from pin_sessions.user_activity.domain import DeviceInfo
-from tests.support.processes import free_port, pin_sessions, wait_until_ready
+from tests.support.processes import (
+    communicate,
+    metrics_of_up,
+    pin_sessions,
+)
 from tests.user_activity.jobs.rows import (
     insert_actions,
     insert_sessions,
@@ -32,10 +34,6 @@ LINKED_SESSIONS = 300
 FRESH_SESSIONS = 500
 DESKTOP = DeviceInfo("test-agent", DeviceType.DESKTOP, None, None, None)
 CLOSER_OUTPUT = {"jobRunId", "closed", "viewsClosed", "durationMs", "backlogRemaining"}
-
-
-async def _communicate(process: subprocess.Popen[str]) -> tuple[str, str]:
-    return await asyncio.to_thread(process.communicate, timeout=180)
 
 
 def _once_output(process: subprocess.Popen[str], out: str, err: str) -> dict[str, object]:
@@ -93,7 +91,7 @@ async def test_two_closer_processes_and_link_force_close_end_every_session_exact
             return outcome.switched
 
         switched = await asyncio.gather(*(link(device) for device in linked_devices))
-        outputs = [await _communicate(process) for process in processes]
+        outputs = [await communicate(process) for process in processes]
     finally:
         await gate.close()
 
@@ -134,7 +132,7 @@ async def test_activity_retention_once_prints_its_result_as_one_json_object(
         await insert_actions(conn, ids[:2], created_at=long_ago)
 
     process = pin_sessions("job", "activity-retention", "--once", env=settings_env)
-    out, err = await _communicate(process)
+    out, err = await communicate(process)
 
     result = _once_output(process, out, err)
     assert result == {
@@ -149,15 +147,7 @@ async def test_activity_retention_once_prints_its_result_as_one_json_object(
 async def test_up_runs_both_user_activity_jobs_and_shows_their_metrics(
     settings_env: dict[str, str],
 ) -> None:
-    port = free_port()
-    process = pin_sessions("up", "--port", str(port), env=settings_env)
-    try:
-        wait_until_ready(f"http://127.0.0.1:{port}", process)
-        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-    finally:
-        process.send_signal(signal.SIGINT)
-        _, err = await _communicate(process)
-    assert process.returncode == 0, err[-3000:]
+    metrics = await metrics_of_up(settings_env)
     for name in (
         "user_activity_activity_closer_closed_total",
         "user_activity_activity_closer_backlog",

@@ -21,9 +21,9 @@ from pin_sessions.platform.messaging.envelope import (
     Message,
     from_kafka_record,
 )
-from pin_sessions.platform.messaging.loop import wait_or_stop
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.runner import ConsumerRunner
+from pin_sessions.platform.process import wait_or_stop
 
 log = structlog.get_logger(__name__)
 

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import structlog
 
 from pin_sessions.platform.clock import Clock
+from pin_sessions.platform.process import wait_or_stop
 
 log = structlog.get_logger(__name__)
-
-
-async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds`` unless ``stop`` is set first."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
 
 
 async def run_passes(
