@@ -71,7 +71,8 @@ def serve_api(dsn: str, port: int) -> None:
     from pin_sessions.platform.logging import configure_logging
     from pin_sessions.settings import load_settings
 
-    # Every request still writes its JSON log line, as in production; only the sink differs.
+    # Logging as in production (successful heartbeats are counted, not logged); only the sink
+    # differs.
     configure_logging("info", stream=open(os.devnull, "w"))  # noqa: SIM115
     data_dir = tempfile.mkdtemp(prefix="pin-bench-")
     settings = load_settings(

@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry
+from starlette.middleware import Middleware
 
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.dev_stats.routes import build_router as build_dev_stats_router
@@ -46,6 +47,7 @@ from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
 from pin_sessions.settings import Settings, load_settings
 from pin_sessions.user_activity.consumers import SignedInConsumer
+from pin_sessions.user_activity.heartbeat_shortcut import HeartbeatShortcut
 from pin_sessions.user_activity.http import QUIET_PATHS as USER_ACTIVITY_QUIET_PATHS
 from pin_sessions.user_activity.http import build_user_activity_routers
 from pin_sessions.user_activity.jobs import activity_closer, activity_retention
@@ -140,7 +142,11 @@ def build_api(runtime: Runtime) -> FastAPI:
     # Pages; with PIN_DEV_CODES=1 the dashboard may grant itself dev-stats.view (never in prod).
     dev_grants = build_identity_operations(runtime) if runtime.settings.dev_codes else None
     routers.append(build_web_router(runtime.clock, dev_grants))
-    return create_http_app(runtime, routers=routers, quiet_paths=USER_ACTIVITY_QUIET_PATHS)
+    # The heartbeat's common case skips the framework altogether (see heartbeat_shortcut).
+    heartbeat = Middleware(HeartbeatShortcut, database=runtime.database, clock=runtime.clock)
+    return create_http_app(
+        runtime, routers=routers, quiet_paths=USER_ACTIVITY_QUIET_PATHS, shortcuts=[heartbeat]
+    )
 
 
 def api_from_environment() -> FastAPI:

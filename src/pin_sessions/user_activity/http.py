@@ -118,10 +118,10 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
     signed_in = Depends(authenticator.user())
     manager_only = Depends(authenticator.user(VIEW_BY_USER_PERMISSION))
 
-    # The hot path — every device, once a minute — is declared first (routes match in
-    # order) and skips FastAPI's parameter and response machinery: it reads its header and
-    # optional body itself and answers pre-rendered JSON. `openapi_extra` and `responses`
-    # keep the OpenAPI document whole.
+    # Every device, once a minute. The common case — an Active session to extend — never
+    # gets here: `HeartbeatShortcut` answers it. This route serves the rest (restarts, a
+    # body to validate, refusals) and is the operation's one description in OpenAPI, via
+    # `openapi_extra` and `responses`, as it reads its header and optional body itself.
     @router.post(
         HEARTBEAT_PATH.removeprefix(router.prefix),
         response_class=Response,

@@ -115,12 +115,19 @@ async def start_session(
 Newcomer = Callable[[], Awaitable[tuple[uuid.UUID | None, DeviceInfo]]]
 
 
+async def extend_session(
+    db: Database, anonymous_id: uuid.UUID, now: datetime
+) -> SessionSnapshot | None:
+    """The heartbeat's one conditional UPDATE, in autocommit; None when nothing is Active."""
+    async with db.connection() as conn:
+        return await repository.heartbeat(conn, anonymous_id, now)
+
+
 async def heartbeat(
     db: Database, anonymous_id: uuid.UUID, now: datetime, *, newcomer: Newcomer
 ) -> HeartbeatResult:
     """One conditional UPDATE; only when no Active session matched does a new one start."""
-    async with db.connection() as conn:
-        session = await repository.heartbeat(conn, anonymous_id, now)
+    session = await extend_session(db, anonymous_id, now)
     if session is not None:
         return HeartbeatResult(session.id, session.last_activity_at, restarted=False)
     user_id, device = await newcomer()

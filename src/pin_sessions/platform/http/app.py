@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
+from starlette.middleware import Middleware
 
 from pin_sessions.platform.http.health import build_health_router
 from pin_sessions.platform.http.middleware import RequestContextMiddleware
@@ -15,11 +16,17 @@ from pin_sessions.platform.runtime import Runtime
 
 
 def create_http_app(
-    runtime: Runtime, routers: Sequence[APIRouter] = (), *, quiet_paths: Iterable[str] = ()
+    runtime: Runtime,
+    routers: Sequence[APIRouter] = (),
+    *,
+    quiet_paths: Iterable[str] = (),
+    shortcuts: Sequence[Middleware] = (),
 ) -> FastAPI:
     """An app whose lifespan opens and closes the runtime's database pool.
 
     Successful requests to ``quiet_paths`` are counted in metrics but not logged line by line.
+    ``shortcuts`` are ASGI middleware that answer a hot request's common case before the
+    routers see it; they run inside the request context (request id, metrics, body limit).
     """
 
     @asynccontextmanager
@@ -46,6 +53,9 @@ def create_http_app(
     app.include_router(build_health_router(runtime))
     for router in routers:
         app.include_router(router)
+    # The middleware added last runs first.
+    for shortcut in reversed(shortcuts):
+        app.add_middleware(shortcut.cls, *shortcut.args, **shortcut.kwargs)
     app.add_middleware(
         RequestContextMiddleware,
         metrics=HttpMetrics.register(runtime.registry),

@@ -7,8 +7,8 @@ nothing it does not use.
 from __future__ import annotations
 
 import re
+import secrets
 import time
-import uuid
 from collections.abc import Iterable
 
 import structlog
@@ -109,4 +109,4 @@ def _request_id(scope: Scope) -> str:
     for name, value in scope["headers"]:
         if name == REQUEST_ID_HEADER and _CLIENT_REQUEST_ID.match(value):
             return bytes(value).decode()
-    return uuid.uuid4().hex
+    return secrets.token_hex(16)

@@ -52,11 +52,16 @@ def problem_response(
     return JSONResponse(body, status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
 
 
-async def _app_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, AppError)
+def app_error_response(request: Request, exc: AppError) -> JSONResponse:
+    """The answer to one of our errors, logged when it is the service's fault."""
     if exc.status >= 500:
         log.error("request failed", errorCode=exc.code, error=str(exc))
     return problem_response(request, exc)
+
+
+async def _app_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AppError)
+    return app_error_response(request, exc)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
