@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import httpx
 import pytest
@@ -114,9 +115,6 @@ def test_readyz_is_503_when_the_database_does_not_answer(settings: Settings) -> 
         server.stop()
     assert response.status_code == 503
     assert response.json()["code"] == "SERVICE_UNAVAILABLE"
-
-
-from contextlib import asynccontextmanager  # noqa: E402
 
 
 @asynccontextmanager
