@@ -171,8 +171,9 @@ async def test_user_routes_refuse_missing_garbage_expired_and_foreign_tokens(
             response = await http.request(method, path, headers=headers)
             assert response.status_code == 401, (headers, path)
     m2m = TokenCodec(runtime.secrets.jwt_key).issue_m2m_token("svc", ["admin"], now=T0)
-    response = await http.get(SESSIONS, headers={"Authorization": f"Bearer {m2m}"})
-    assert response.status_code == 403
+    for method, path in (("GET", SESSIONS), ("POST", LOGOUT), ("DELETE", SESSIONS)):
+        response = await http.request(method, path, headers={"Authorization": f"Bearer {m2m}"})
+        assert (response.status_code, response.json()["code"]) == (401, "AUTH_USER_TOKEN_REQUIRED")
     clock.advance(timedelta(minutes=15))
     assert (await http.get(SESSIONS, headers=bearer(tokens))).status_code == 401
 

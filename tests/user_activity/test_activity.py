@@ -120,6 +120,25 @@ async def test_ending_a_view_is_idempotent(
     assert event["payload"]["DurationSeconds"] == 42
 
 
+async def test_ending_a_view_refuses_a_client_timestamp(
+    http: httpx.AsyncClient, runtime: Runtime, clock: FixedClock
+) -> None:
+    """INV-SES-004: the server's clock ends the view; unknown body fields are a 422."""
+    anonymous_id = new_id()
+    view = (
+        await http.post(
+            VIEWS, headers=device(anonymous_id), json={"propertyObjectId": str(new_id())}
+        )
+    ).json()
+    clock.advance(timedelta(seconds=42))
+    end = f"{VIEWS}/{view['viewId']}/end"
+    refused = await http.post(end, headers=device(anonymous_id), json={"endedAt": "2030-01-01"})
+    assert (refused.status_code, refused.json()["code"]) == (422, "VALIDATION_ERROR")
+    assert await outbox(runtime, "pin.user-activity.property-object-view-ended") == []
+    ended = await http.post(end, headers=device(anonymous_id), json={})
+    assert ended.json() == {"viewId": view["viewId"], "durationSeconds": 42}
+
+
 async def test_a_view_is_ended_only_from_its_own_device(http: httpx.AsyncClient) -> None:
     owner = new_id()
     view = (

@@ -68,6 +68,24 @@ async def test_a_bad_cursor_is_refused(http: httpx.AsyncClient) -> None:
     assert response.json()["code"] == "USER_ACTIVITY_CURSOR_INVALID"
 
 
+@pytest.mark.parametrize("limit", ["0", "101", "-1", "ten", "2.5", "\u0661"])
+async def test_a_bad_page_size_is_refused_like_a_bad_cursor(
+    http: httpx.AsyncClient, limit: str
+) -> None:
+    response = await http.get(OWN, params={"limit": limit}, headers=device(new_id()))
+    assert response.status_code == 400
+    assert response.json()["code"] == "USER_ACTIVITY_LIMIT_INVALID"
+
+
+async def test_page_sizes_from_1_to_100_are_accepted(http: httpx.AsyncClient) -> None:
+    anonymous_id = new_id()
+    await http.post(START, headers=device(anonymous_id))
+    for limit in ("1", "100"):
+        response = await http.get(OWN, params={"limit": limit}, headers=device(anonymous_id))
+        assert response.status_code == 200
+        assert len(response.json()["items"]) == 1
+
+
 async def test_a_users_history_joins_activity_before_and_after_sign_in(
     http: httpx.AsyncClient, new_user: UserFactory, clock: FixedClock
 ) -> None:
@@ -129,7 +147,7 @@ async def test_the_manager_route_needs_the_permission(
     denied = await http.get(path, headers=plain.headers)
     assert (denied.status_code, denied.json()["code"]) == (403, "AUTH_MISSING_PERMISSION")
     machine = codec.issue_m2m_token("crm", ["user-activity.internal"], now=T0)
-    assert (await http.get(path, headers=_bearer(machine))).status_code == 403
+    assert (await http.get(path, headers=_bearer(machine))).status_code == 401
     manager = await new_user(permissions=[PERMISSION])
     allowed = await http.get(path, headers=manager.headers)
     assert allowed.status_code == 200
@@ -195,12 +213,17 @@ async def test_own_history_without_any_credentials_is_401(http: httpx.AsyncClien
     assert (await http.get(OWN)).status_code == 401
 
 
-async def test_user_routes_refuse_an_m2m_token(http: httpx.AsyncClient, codec: TokenCodec) -> None:
+async def test_user_routes_refuse_an_m2m_token_as_unauthenticated(
+    http: httpx.AsyncClient, codec: TokenCodec
+) -> None:
     token = _bearer(codec.issue_m2m_token("svc", ["user-activity.internal", "admin"], now=T0))
     headers = token | {"X-Anonymous-Id": str(new_id())}
     for method, path in [("POST", START), ("POST", LINK), ("GET", OWN), ("POST", ACTIONS)]:
         response = await http.request(method, path, headers=headers, json={"type": "ok"})
-        assert response.status_code == 403, path
+        assert (response.status_code, response.json()["code"]) == (
+            401,
+            "AUTH_USER_TOKEN_REQUIRED",
+        ), path
 
 
 async def test_an_invalid_bearer_token_is_401_even_for_guest_routes(

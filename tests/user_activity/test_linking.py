@@ -48,6 +48,21 @@ async def test_linking_an_unlinked_session_sets_the_user_and_publishes(
     }
 
 
+async def test_link_refuses_a_client_timestamp_and_changes_nothing(
+    http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory
+) -> None:
+    """INV-SES-004: unknown body fields are refused (422), so a client clock never gets in."""
+    anonymous_id = new_id()
+    await http.post(START, headers=device(anonymous_id))
+    user = await new_user()
+    headers = device(anonymous_id, user)
+    response = await http.post(LINK, headers=headers, json={"linkedAt": "2020-01-01T00:00:00Z"})
+    assert (response.status_code, response.json()["code"]) == (422, "VALIDATION_ERROR")
+    [row] = await sessions_of(runtime, anonymous_id)
+    assert row["user_id"] is None
+    assert (await http.post(LINK, headers=headers, json={})).status_code == 200
+
+
 async def test_linking_the_same_user_again_changes_nothing(
     http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
 ) -> None:

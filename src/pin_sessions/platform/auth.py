@@ -50,7 +50,16 @@ class SessionNotActive(Unauthorized):
     title = "The session of this token is no longer active"
 
 
+class UserTokenRequired(Unauthorized):
+    """An m2m token where a user acts: no user is authenticated, hence 401 (SPEC §4)."""
+
+    code = "AUTH_USER_TOKEN_REQUIRED"
+    title = "A user's access token is required"
+
+
 class WrongTokenKind(Forbidden):
+    """A user's token on an internal API: authenticated, but not as a service."""
+
     code = "AUTH_WRONG_TOKEN_KIND"
     title = "This kind of token is not accepted here"
 
@@ -194,13 +203,13 @@ class Authenticator:
         return principal
 
     def optional_user(self) -> Callable[[Request], Awaitable[UserPrincipal | None]]:
-        """No credentials → None (a guest); bad or non-user credentials → 401/403."""
+        """No credentials → None (a guest); bad or non-user credentials → 401."""
 
         async def dependency(request: Request) -> UserPrincipal | None:
             principal = await self._principal(request)
             if principal is None or isinstance(principal, UserPrincipal):
                 return principal
-            raise WrongTokenKind("an m2m token cannot act as a user")
+            raise UserTokenRequired("an m2m token cannot act as a user")
 
         return dependency
 

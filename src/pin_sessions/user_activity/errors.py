@@ -7,6 +7,7 @@ Hierarchy::
         ├── AnonymousIdInvalid       400 USER_ACTIVITY_ANONYMOUS_ID_INVALID
         ├── AnonymousIdRequired      400 USER_ACTIVITY_ANONYMOUS_ID_REQUIRED
         ├── CursorInvalid            400 USER_ACTIVITY_CURSOR_INVALID
+        ├── LimitInvalid             400 USER_ACTIVITY_LIMIT_INVALID
         ├── ViewNotFound             404 USER_ACTIVITY_VIEW_NOT_FOUND
         └── DeviceNotFound           404 USER_ACTIVITY_DEVICE_NOT_FOUND
 """
@@ -36,6 +37,12 @@ class CursorInvalid(UserActivityError):
     code = "USER_ACTIVITY_CURSOR_INVALID"
     status = 400
     title = "The cursor is not valid"
+
+
+class LimitInvalid(UserActivityError):
+    code = "USER_ACTIVITY_LIMIT_INVALID"
+    status = 400
+    title = "The page size is not valid"
 
 
 class ViewNotFound(UserActivityError):

@@ -18,12 +18,21 @@ from typing import Any
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.user_activity import sql
 from pin_sessions.user_activity.domain import duration_seconds
-from pin_sessions.user_activity.errors import CursorInvalid, DeviceNotFound
+from pin_sessions.user_activity.errors import CursorInvalid, DeviceNotFound, LimitInvalid
 
 DEFAULT_PAGE_SIZE = 20
 MAX_PAGE_SIZE = 100
 # Children shown per session in a page; the page stays bounded whatever a session holds.
 CHILDREN_PER_SESSION = 50
+
+
+def page_size(text: str | None) -> int:
+    """``limit`` of a history query: a whole number from 1 to MAX_PAGE_SIZE, else a 400."""
+    if text is None:
+        return DEFAULT_PAGE_SIZE
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_PAGE_SIZE:
+        raise LimitInvalid(f"limit must be a whole number from 1 to {MAX_PAGE_SIZE}")
+    return int(text)
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,11 @@ from pin_sessions.user_activity.schemas import (
     ActionRecorded,
     ActionRequest,
     DeviceLink,
+    EndViewRequest,
     HeartbeatAccepted,
     HeartbeatRequest,
     History,
+    LinkRequest,
     PropertyViewRequest,
     SessionLinked,
     SessionStarted,
@@ -64,7 +66,11 @@ HEARTBEAT_OPENAPI: dict[str, Any] = {
     },
 }
 
-Limit = Annotated[int, Query(ge=1, le=history.MAX_PAGE_SIZE)]
+# A plain string, parsed by `history.page_size`, so a bad limit is a 400 like a bad cursor.
+LimitParam = Annotated[
+    str | None,
+    Query(description=f"1 to {history.MAX_PAGE_SIZE}; {history.DEFAULT_PAGE_SIZE} when absent"),
+]
 CursorParam = Annotated[str | None, Query()]
 
 
@@ -170,7 +176,11 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
 
     @router.post("/sessions/link", response_model=SessionLinked)
     async def link(
-        request: Request, user: UserPrincipal = signed_in, *, anonymous_id: RequiredDevice
+        request: Request,
+        _body: Annotated[LinkRequest | None, Body()] = None,
+        user: UserPrincipal = signed_in,
+        *,
+        anonymous_id: RequiredDevice,
     ) -> SessionLinked:
         """Link the device's session to the caller (INV-SES-002)."""
         outcome = await operations.link(
@@ -188,18 +198,22 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
     @router.get("/sessions", response_model=History)
     async def own_history(
         request: Request,
-        limit: Limit = history.DEFAULT_PAGE_SIZE,
+        limit: LimitParam = None,
         cursor: CursorParam = None,
         user: UserPrincipal | None = guest_or_user,
     ) -> History:
         """A user's own sessions, or a guest's own device's unlinked sessions."""
         if user is not None:
-            page = await history.user_history(db, user.user_id, limit=limit, cursor=cursor)
+            page = await history.user_history(
+                db, user.user_id, limit=history.page_size(limit), cursor=cursor
+            )
         else:
             anonymous_id = await optional_anonymous_id(request)
             if anonymous_id is None:
                 raise AuthenticationRequired("a Bearer token or X-Anonymous-Id is required")
-            page = await history.device_history(db, anonymous_id, limit=limit, cursor=cursor)
+            page = await history.device_history(
+                db, anonymous_id, limit=history.page_size(limit), cursor=cursor
+            )
         return _history(page)
 
     @router.post("/actions", status_code=201, response_model=ActionRecorded)
@@ -247,6 +261,7 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
     @router.post("/property-views/{viewId}/end", response_model=ViewEnded)
     async def end_view(
         view_id: Annotated[uuid.UUID, Path(alias="viewId")],
+        _body: Annotated[EndViewRequest | None, Body()] = None,
         user: UserPrincipal | None = guest_or_user,
         *,
         anonymous_id: RequiredDevice,
@@ -262,13 +277,15 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
     @router.get("/users/{userId}/sessions", response_model=History)
     async def user_history(
         user_id: Annotated[uuid.UUID, Path(alias="userId")],
-        limit: Limit = history.DEFAULT_PAGE_SIZE,
+        limit: LimitParam = None,
         cursor: CursorParam = None,
         manager: UserPrincipal = manager_only,
     ) -> History:
         """Any user's history, for holders of ``user-activity.history.view-by-user``."""
         del manager
-        return _history(await history.user_history(db, user_id, limit=limit, cursor=cursor))
+        return _history(
+            await history.user_history(db, user_id, limit=history.page_size(limit), cursor=cursor)
+        )
 
     return router
 
@@ -289,11 +306,13 @@ def _internal_router(runtime: Runtime, authenticator: Authenticator) -> APIRoute
     @router.get("/users/{userId}/sessions", response_model=History, dependencies=[InternalOrAdmin])
     async def user_history(
         user_id: Annotated[uuid.UUID, Path(alias="userId")],
-        limit: Limit = history.DEFAULT_PAGE_SIZE,
+        limit: LimitParam = None,
         cursor: CursorParam = None,
     ) -> History:
         """A user's history for services (crm) and platform administrators."""
-        return _history(await history.user_history(db, user_id, limit=limit, cursor=cursor))
+        return _history(
+            await history.user_history(db, user_id, limit=history.page_size(limit), cursor=cursor)
+        )
 
     return router
 

@@ -38,6 +38,14 @@ class HeartbeatRequest(_Request):
     """No fields: the server decides every time."""
 
 
+class LinkRequest(_Request):
+    """No fields: the caller and the device come from the credentials and the header."""
+
+
+class EndViewRequest(_Request):
+    """No fields: the server's clock ends the view."""
+
+
 class ActionRequest(_Request):
     type: Annotated[str, Field(max_length=64, pattern=ACTION_TYPE_PATTERN.pattern)]
     property_object_id: uuid.UUID | None = None
