@@ -37,7 +37,13 @@ from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
 from pin_sessions.platform.serving import ApiRole, ApiServer
 from pin_sessions.platform.tracing import process_tracing
-from pin_sessions.settings import Environment, Settings, SettingsError, load_settings
+from pin_sessions.settings import (
+    RECOMMENDED_JWT_SECRET_LENGTH,
+    Environment,
+    Settings,
+    SettingsError,
+    load_settings,
+)
 
 log = structlog.get_logger("pin_sessions.cli")
 
@@ -71,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     m2m = token.add_parser("m2m", help="a machine-to-machine token for the internal APIs")
     m2m.add_argument("--client", required=True)
-    m2m.add_argument("--scope", nargs="+", required=True)
+    # Repeatable: `--scope a b` and `--scope a --scope b` both grant "a b".
+    m2m.add_argument("--scope", action="extend", nargs="+", required=True)
 
     users = commands.add_parser("users", help="manage users' permissions").add_subparsers(
         dest="users_action", required=True
@@ -97,6 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
     configure_logging(settings.log_level)
+    if settings.jwt_secret_is_short:
+        # That it is short is all that is said: the value never reaches a log.
+        log.warning(
+            "PIN_JWT_SECRET is shorter than recommended for HS256",
+            recommendedLength=RECOMMENDED_JWT_SECRET_LENGTH,
+        )
     try:
         if args.command == "up":
             with process_tracing("up", os.environ):

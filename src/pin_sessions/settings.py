@@ -9,6 +9,7 @@ Values come from ``PIN_*`` environment variables, nested groups with ``__``
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
@@ -30,18 +31,28 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "PIN_"
 NESTED_DELIMITER = "__"
+RECOMMENDED_JWT_SECRET_LENGTH = 32
 
 
 def _seconds_or_iso(value: Any) -> Any:
     """Accept plain seconds (``"300"``, ``"0.5"``) besides pydantic's ISO-8601 parsing."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return timedelta(seconds=float(text))
-        except ValueError:
-            if not text.upper().startswith("P"):
-                raise ValueError("must be seconds or an ISO-8601 duration such as PT5M") from None
-    return value
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        if not text.upper().startswith("P"):
+            raise ValueError("must be seconds or an ISO-8601 duration such as PT5M") from None
+        return value
+    # float() also reads "inf" and "nan"; and past timedelta's range it raises OverflowError,
+    # which pydantic lets escape as a traceback instead of naming the variable.
+    if not math.isfinite(seconds):
+        raise ValueError("must be a finite number of seconds")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError("is too long for a duration") from None
 
 
 def _positive(value: timedelta) -> timedelta:
@@ -156,15 +167,20 @@ class Settings(BaseSettings):
     activity_retention: ActivityRetentionSettings = ActivityRetentionSettings()
     http: HttpSettings = HttpSettings()
 
+    @property
+    def jwt_secret_is_short(self) -> bool:
+        """A configured secret under 32 characters, HS256's 256-bit key (RFC 7518 §3.2)."""
+        return (
+            self.jwt_secret is not None
+            and len(self.jwt_secret.get_secret_value()) < RECOMMENDED_JWT_SECRET_LENGTH
+        )
+
     @model_validator(mode="after")
     def _prod_refuses_dev_defaults(self) -> Settings:
         if self.env is Environment.PROD:
-            if self.jwt_secret is None:
+            # SPEC §2 asks only that it be set; a short one is warned about at start.
+            if self.jwt_secret is None or not self.jwt_secret.get_secret_value():
                 raise _SettingError("jwt_secret", "is required when PIN_ENV=prod")
-            if len(self.jwt_secret.get_secret_value()) < 32:
-                raise _SettingError(
-                    "jwt_secret", "must be at least 32 characters when PIN_ENV=prod"
-                )
             if self.database_url is None:
                 raise _SettingError(
                     "database_url", "is required when PIN_ENV=prod (no embedded PostgreSQL)"

@@ -68,8 +68,12 @@ async def sign_in(
     return tokens
 
 
-async def refresh(http: httpx.AsyncClient, refresh_token: str) -> httpx.Response:
-    return await http.post("/api/identity/sessions/refresh", json={"refreshToken": refresh_token})
+async def refresh(
+    http: httpx.AsyncClient, refresh_token: str, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    return await http.post(
+        "/api/identity/sessions/refresh", json={"refreshToken": refresh_token}, headers=headers
+    )
 
 
 def problem_code(response: httpx.Response) -> str:

@@ -56,6 +56,22 @@ def test_token_m2m_prints_a_scoped_machine_token(settings_env: dict[str, str]) -
     assert principal == MachinePrincipal("reports", frozenset({"admin", "user-activity.internal"}))
 
 
+def test_token_m2m_takes_scopes_from_every_scope_option(settings_env: dict[str, str]) -> None:
+    result = _run(
+        "token",
+        "m2m",
+        "--client",
+        "reports",
+        "--scope",
+        "user-activity.internal",
+        "--scope",
+        "admin",
+        env=settings_env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert _claims(result.stdout.strip())["scope"] == "admin user-activity.internal"
+
+
 async def test_granted_permissions_ride_in_access_tokens_until_withdrawn(
     settings_env: dict[str, str], http: httpx.AsyncClient
 ) -> None:

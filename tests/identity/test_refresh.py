@@ -13,6 +13,8 @@ from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.runtime import Runtime
 from tests.conftest import T0
 from tests.identity.flows import (
+    DESKTOP_UA,
+    IPHONE_UA,
     bearer,
     new_phone,
     outbox_events,
@@ -47,6 +49,30 @@ async def test_refresh_rotates_the_session_into_a_successor_of_the_same_family(
     # The old access token died with its session; the new one works.
     assert (await http.get("/api/identity/sessions", headers=bearer(first))).status_code == 401
     assert (await http.get("/api/identity/sessions", headers=bearer(second))).status_code == 200
+
+
+async def test_a_refresh_keeps_the_chains_device_and_takes_the_address_it_came_from(
+    http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    tokens = await sign_in(http, user_agent=IPHONE_UA)
+    async with runtime.database.connection() as conn:
+        # Signed in elsewhere: the refresh below comes from the test client's loopback.
+        await conn.execute(
+            "update identity.refresh_sessions set device_ip = '203.0.113.9' where id = $1",
+            uuid.UUID(tokens["sessionId"]),
+        )
+    # Another user agent, then none at all: neither changes which device the chain is.
+    for user_agent in (DESKTOP_UA, ""):
+        response = await refresh(http, tokens["refreshToken"], headers={"User-Agent": user_agent})
+        assert response.status_code == 200, response.text
+        tokens = response.json()
+    async with runtime.database.connection() as conn:
+        successor = await session_row(conn, tokens["sessionId"])
+    assert (successor["device_user_agent"], successor["device_ip"]) == (IPHONE_UA, "127.0.0.1")
+    items = (await http.get("/api/identity/sessions", headers=bearer(tokens))).json()["items"]
+    assert [item["device"] for item in items] == [
+        {"type": "Mobile", "os": "iOS 17", "browser": "Mobile Safari 17"}
+    ]
 
 
 async def test_parallel_refreshes_of_one_token_within_the_interval_get_the_same_successor(

@@ -42,3 +42,16 @@ async def test_the_partial_expiry_indexes_exist_with_their_predicates(runtime: R
     assert "(user_id)" in indexes["ix_refresh_sessions_user_id"]
     assert "UNIQUE" in indexes["ux_refresh_sessions_token_hash"]
     assert "UNIQUE" in indexes["ux_users_phone_number"]
+
+
+async def test_the_retention_index_orders_terminal_refresh_sessions_by_creation(
+    runtime: Runtime,
+) -> None:
+    async with runtime.database.connection() as conn:
+        indexes = {row["indexname"]: row["indexdef"] for row in await conn.fetch(SELECT_INDEXES)}
+    assert "ix_refresh_sessions_retention_last_transition" not in indexes
+    assert (
+        "(created_at) WHERE ((status)::text = ANY ((ARRAY['Rotated'::character varying, "
+        "'Revoked'::character varying, 'Expired'::character varying])::text[]))"
+        in indexes["ix_refresh_sessions_retention_created_at"]
+    )

@@ -82,6 +82,37 @@ async def test_logout_revokes_the_current_session_and_emits_session_revoked(
     assert again.status_code == 401
 
 
+async def test_logout_and_revoke_refuse_unknown_body_fields_and_change_nothing(
+    http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    phone = new_phone()
+    here, there, elsewhere = [await sign_in(http, phone) for _ in range(3)]
+    routes = [
+        ("POST", LOGOUT),
+        ("DELETE", f"{SESSIONS}/{there['sessionId']}"),
+        ("DELETE", SESSIONS),
+    ]
+    for method, path in routes:
+        response = await http.request(method, path, json={"x": 1}, headers=bearer(here))
+        assert response.status_code == 422, (method, path)
+        assert problem_code(response) == "VALIDATION_ERROR"
+    async with runtime.database.connection() as conn:
+        rows = [await session_row(conn, t["sessionId"]) for t in (here, there, elsewhere)]
+        assert await outbox_events(conn, SESSION_REVOKED_TOPIC) == []
+    assert [row["status"] for row in rows] == ["Active"] * 3
+    # An empty object is no field at all: each route does its work (logout last, as it
+    # ends the session the others are called with).
+    for method, path in (*routes[1:], routes[0]):
+        response = await http.request(method, path, json={}, headers=bearer(here))
+        assert response.status_code == 204, (method, path, response.text)
+    async with runtime.database.connection() as conn:
+        reasons = [
+            (await session_row(conn, t["sessionId"]))["revoked_reason"]
+            for t in (here, there, elsewhere)
+        ]
+    assert reasons == ["Logout", "RevokedByUser", "RevokedByUser"]
+
+
 async def test_a_user_revokes_one_own_session_but_never_another_users(
     http: httpx.AsyncClient, runtime: Runtime
 ) -> None:

@@ -76,14 +76,19 @@ async def test_unknown_body_fields_are_refused(http: httpx.AsyncClient) -> None:
     assert response.status_code == 422
 
 
-async def test_malformed_request_ids_and_codes_are_refused(http: httpx.AsyncClient) -> None:
+async def test_malformed_request_ids_and_codes_that_are_no_short_string_are_refused(
+    http: httpx.AsyncClient,
+) -> None:
     for body in (
         {"requestId": "not-a-uuid", "code": "123456"},
-        {"requestId": str(uuid.uuid4()), "code": "12345"},
-        {"requestId": str(uuid.uuid4()), "code": "abcdef"},
+        {"requestId": str(uuid.uuid4()), "code": 123456},
+        {"requestId": str(uuid.uuid4()), "code": None},
+        {"requestId": str(uuid.uuid4())},
+        {"requestId": str(uuid.uuid4()), "code": "1" * 65},
     ):
         response = await http.post("/api/identity/sign-in/confirm", json=body)
         assert response.status_code == 422, body
+        assert problem_code(response) == "VALIDATION_ERROR"
     assert (await http.get("/dev/sign-in-codes/nope")).status_code == 422
     garbage = await http.post(
         REQUESTS, content=b"{not json", headers={"Content-Type": "application/json"}
@@ -217,6 +222,34 @@ async def test_a_wrong_code_uses_one_attempt(http: httpx.AsyncClient, runtime: R
         )
     assert attempts == 1
     assert (await confirm(http, request_id, code)).status_code == 200
+
+
+async def test_a_code_of_another_shape_is_a_wrong_code_and_uses_an_attempt(
+    http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    request_id = await request_code(http, new_phone())
+    code = await dev_code(http, request_id)
+    for guess in ("12345", "abcdef", "", code + "0", "1" * 64):
+        response = await confirm(http, request_id, guess)
+        assert response.status_code == 400, guess
+        assert problem_code(response) == "IDENTITY_CONFIRMATION_INVALID_CODE"
+    async with runtime.database.connection() as conn:
+        attempts = await conn.fetchval(
+            "select attempts from identity.sign_in_confirmation_requests where id = $1",
+            uuid.UUID(request_id),
+        )
+    assert attempts == 5
+    response = await confirm(http, request_id, code)
+    assert problem_code(response) == "IDENTITY_CONFIRMATION_ATTEMPTS_EXCEEDED"
+
+
+async def test_parallel_codes_of_another_shape_count_exactly_up_to_the_cap(
+    http: httpx.AsyncClient,
+) -> None:
+    request_id = await request_code(http, new_phone())
+    guesses = ["12345", "abcdef", "1234567", "x"] * 5
+    responses = await asyncio.gather(*(confirm(http, request_id, guess) for guess in guesses))
+    assert Counter(response.status_code for response in responses) == {400: 5, 429: 15}
 
 
 async def test_after_five_wrong_codes_even_the_right_code_is_refused(

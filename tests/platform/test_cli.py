@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import TEST_JWT_SECRET
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
@@ -74,6 +75,47 @@ def test_a_bad_setting_exits_2_naming_the_variable(tmp_path: Path) -> None:
         _, err = process.communicate(timeout=30)
         assert process.returncode == 2
         assert err.strip() == "PIN_EXPIRE_SESSIONS__BATCH_SIZE must be > 0"
+
+
+@pytest.mark.parametrize(
+    ("raw", "rule"),
+    [("inf", "must be a finite number of seconds"), ("1e20", "is too long for a duration")],
+)
+def test_a_duration_out_of_range_exits_2_naming_the_variable(
+    raw: str, rule: str, tmp_path: Path
+) -> None:
+    process = pin_sessions(
+        "migrate",
+        env={"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL": raw, "PIN_DATA_DIR": str(tmp_path)},
+    )
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 2
+    assert err.strip() == f"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL {rule}"
+
+
+def test_a_short_secret_in_prod_starts_with_a_warning_that_keeps_it_secret(
+    database_url: str, tmp_path: Path
+) -> None:
+    secret = "short-but-set"
+    process = pin_sessions(
+        "migrate",
+        env={
+            "PIN_ENV": "prod",
+            "PIN_JWT_SECRET": secret,
+            "PIN_DATABASE_URL": database_url,
+            "PIN_DATA_DIR": str(tmp_path),
+        },
+    )
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert out.strip() == '{"applied": []}'
+    [warning] = [
+        event
+        for event in map(json.loads, filter(None, err.splitlines()))
+        if event.get("level") == "warning"
+    ]
+    assert warning["event"] == "PIN_JWT_SECRET is shorter than recommended for HS256"
+    assert secret not in err
 
 
 def test_migrate_prints_what_it_applied(database_url: str, tmp_path: Path) -> None:

@@ -53,6 +53,22 @@ def test_durations_accept_seconds_and_iso_8601(raw: str, expected: timedelta) ->
             "PIN_ACTIVITY_CLOSER__INACTIVITY_THRESHOLD must be seconds or an ISO-8601 duration",
         ),
         ({"PIN_REFRESH_REUSE_INTERVAL": "-1"}, "PIN_REFRESH_REUSE_INTERVAL must be >= 0 seconds"),
+        (
+            {"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL": "inf"},
+            "PIN_EXPIRE_SESSIONS__POLLING_INTERVAL must be a finite number of seconds",
+        ),
+        (
+            {"PIN_EXPIRE_SESSIONS__MAX_RUN_DURATION": "-Infinity"},
+            "PIN_EXPIRE_SESSIONS__MAX_RUN_DURATION must be a finite number of seconds",
+        ),
+        (
+            {"PIN_ACTIVITY_RETENTION__AGE": "nan"},
+            "PIN_ACTIVITY_RETENTION__AGE must be a finite number of seconds",
+        ),
+        (
+            {"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL": "1e20"},
+            "PIN_EXPIRE_SESSIONS__POLLING_INTERVAL is too long for a duration",
+        ),
         ({"PIN_ENV": "staging"}, "PIN_ENV "),
         ({"PIN_ENV": "prod"}, "PIN_JWT_SECRET is required when PIN_ENV=prod"),
         (
@@ -60,12 +76,8 @@ def test_durations_accept_seconds_and_iso_8601(raw: str, expected: timedelta) ->
             "PIN_DATABASE_URL is required when PIN_ENV=prod",
         ),
         (
-            {
-                "PIN_ENV": "prod",
-                "PIN_JWT_SECRET": "short",
-                "PIN_DATABASE_URL": "postgresql://db/pin",
-            },
-            "PIN_JWT_SECRET must be at least 32 characters",
+            {"PIN_ENV": "prod", "PIN_JWT_SECRET": "", "PIN_DATABASE_URL": "postgresql://db/pin"},
+            "PIN_JWT_SECRET is required when PIN_ENV=prod",
         ),
         (
             {
@@ -90,6 +102,14 @@ def test_prod_accepts_a_complete_configuration() -> None:
         {"PIN_ENV": "prod", "PIN_JWT_SECRET": "x" * 40, "PIN_DATABASE_URL": "postgresql://db/pin"}
     )
     assert settings.env is Environment.PROD
+
+
+def test_prod_accepts_any_non_empty_secret_and_flags_a_short_one() -> None:
+    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin"}
+    short = load_settings({**environ, "PIN_JWT_SECRET": "x" * 31})
+    long_enough = load_settings({**environ, "PIN_JWT_SECRET": "x" * 32})
+    assert (short.jwt_secret_is_short, long_enough.jwt_secret_is_short) == (True, False)
+    assert load_settings({}).jwt_secret_is_short is False
 
 
 def test_variables_of_other_programs_are_ignored() -> None:

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Header, Path, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -18,6 +18,9 @@ from pin_sessions.platform.auth import Authenticator, UserPrincipal
 from pin_sessions.platform.clock import Clock
 
 MAX_REFRESH_TOKEN_LENGTH = 256
+# A code of any other shape is simply a wrong code (400, one attempt used), not a 422 that
+# would spare the guesser an attempt; the bound only keeps the input small.
+MAX_CODE_LENGTH = 64
 
 
 class _Body(BaseModel):
@@ -26,6 +29,10 @@ class _Body(BaseModel):
 
 class _Out(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class NoFieldsBody(_Body):
+    """Logout's and the revoke routes' body: absent or ``{}``; any field is refused (SPEC §4)."""
 
 
 class SignInRequestBody(_Body):
@@ -39,7 +46,7 @@ class SignInRequestOut(_Out):
 
 class ConfirmBody(_Body):
     request_id: uuid.UUID
-    code: Annotated[str, Field(pattern=domain.CODE_PATTERN)]
+    code: Annotated[str, Field(max_length=MAX_CODE_LENGTH)]
 
 
 class RefreshBody(_Body):
@@ -135,7 +142,7 @@ def build_identity_router(
     async def refresh(body: RefreshBody, request: Request) -> TokenPairOut:
         """Rotate the refresh token; the old one is void (a racing retry gets the same pair)."""
         return TokenPairOut.of(
-            await operations.refresh(body.refresh_token, _device(request), clock.now())
+            await operations.refresh(body.refresh_token, _device(request).ip, clock.now())
         )
 
     @router.get("/sessions")
@@ -158,7 +165,10 @@ def build_identity_router(
         )
 
     @router.post("/sessions/logout", status_code=status.HTTP_204_NO_CONTENT)
-    async def logout(user: UserPrincipal = signed_in) -> Response:
+    async def logout(
+        _body: Annotated[NoFieldsBody | None, Body()] = None,
+        user: UserPrincipal = signed_in,
+    ) -> Response:
         """End the session of this access token."""
         await operations.logout(user, clock.now())
         return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -166,6 +176,7 @@ def build_identity_router(
     @router.delete("/sessions/{sessionId}", status_code=status.HTTP_204_NO_CONTENT)
     async def revoke_session(
         session_id: Annotated[uuid.UUID, Path(alias="sessionId")],
+        _body: Annotated[NoFieldsBody | None, Body()] = None,
         user: UserPrincipal = signed_in,
     ) -> Response:
         """End one of the user's own sessions."""
@@ -173,7 +184,10 @@ def build_identity_router(
         return Response(status_code=status.HTTP_204_NO_CONTENT)
 
     @router.delete("/sessions", status_code=status.HTTP_204_NO_CONTENT)
-    async def revoke_other_sessions(user: UserPrincipal = signed_in) -> Response:
+    async def revoke_other_sessions(
+        _body: Annotated[NoFieldsBody | None, Body()] = None,
+        user: UserPrincipal = signed_in,
+    ) -> Response:
         """End every session of the user but this one."""
         await operations.revoke_other_sessions(user, clock.now())
         return Response(status_code=status.HTTP_204_NO_CONTENT)

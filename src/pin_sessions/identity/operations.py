@@ -133,8 +133,12 @@ class IdentityOperations:
             raise ConfirmationNotFound()
         raise domain.confirmation_refusal(state, now)
 
-    async def refresh(self, refresh_token: str, device: Device, now: datetime) -> TokenPair:
-        """Rotate the session of ``refresh_token``; replay within the grace, revoke on reuse."""
+    async def refresh(self, refresh_token: str, ip: str | None, now: datetime) -> TokenPair:
+        """Rotate the session of ``refresh_token``; replay within the grace, revoke on reuse.
+
+        A rotation chain is one device: the successor keeps the user agent the chain
+        signed in with, whatever sent this refresh, and takes ``ip``, where it is now.
+        """
         parent_hash = domain.token_hash(refresh_token)
         successor_token = domain.successor_token(self._successor_key, refresh_token)
         successor_id = new_id()
@@ -142,6 +146,7 @@ class IdentityOperations:
             parent = await repository.rotate_session(conn, parent_hash, successor_id, now)
             if parent is not None:
                 user_id, family_id = parent.user_id, parent.family_id
+                device = Device(parent.device_user_agent, ip)
                 return await self._open_session(
                     conn, user_id, successor_id, family_id, successor_token, device, now
                 )

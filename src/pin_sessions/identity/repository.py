@@ -34,6 +34,7 @@ class NewSession:
 class RotatedParent:
     user_id: uuid.UUID
     family_id: uuid.UUID
+    device_user_agent: str
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,9 @@ async def rotate_session(
 ) -> RotatedParent | None:
     """Active and unexpired → Rotated; None when the token's session was not that."""
     row = await conn.fetchrow(sql.ROTATE_REFRESH_SESSION, token_hash, now, successor_id)
-    return None if row is None else RotatedParent(row["user_id"], row["family_id"])
+    if row is None:
+        return None
+    return RotatedParent(row["user_id"], row["family_id"], row["device_user_agent"])
 
 
 async def session_by_token_hash(conn: Connection, token_hash: bytes) -> SessionState | None:

@@ -90,13 +90,14 @@ insert into identity.refresh_sessions
 values ($1, $2, $3, $4, 'Active', $5, $6, $5, $7, $8)
 """
 
-# Active → Rotated; the successor row is inserted in the same transaction.
+# Active → Rotated; the successor row, on the same device, is inserted in the same
+# transaction.
 ROTATE_REFRESH_SESSION = """
 update identity.refresh_sessions
 set status = 'Rotated', rotated_at = $2, replaced_by = $3, last_used_at = $2,
     version = version + 1
 where token_hash = $1 and status = 'Active' and expires_at > $2
-returning user_id, family_id
+returning user_id, family_id, device_user_agent
 """
 
 SELECT_REFRESH_SESSION_BY_HASH = """

@@ -185,6 +185,10 @@ async def test_up_shows_the_identity_jobs_metrics_on_the_api_metrics(
         "identity_session_retention_deleted_total",
     ):
         assert name in metrics
+    # Seed 000 names the backlog and the errors as single series: a labelled one would
+    # read `name{phase="..."}` here, never the bare name.
+    samples = {line.split(" ")[0] for line in metrics.splitlines() if not line.startswith("#")}
+    assert {"identity_expire_sessions_backlog", "identity_expire_sessions_errors_total"} <= samples
 
 
 async def test_session_retention_once_prints_its_result_as_one_json_object(

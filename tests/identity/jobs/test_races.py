@@ -170,7 +170,7 @@ async def test_job_first_then_refresh_is_refused_as_expired(
         LOCK_SESSION,
         pair.session_id,
         lambda: expire_once(runtime, registry),
-        lambda: operations.refresh(pair.refresh_token, DEVICE, expires_at - SECOND),
+        lambda: operations.refresh(pair.refresh_token, DEVICE.ip, expires_at - SECOND),
     )
 
     assert job.refresh.expired == 1
@@ -194,7 +194,7 @@ async def test_refresh_first_then_the_job_leaves_the_session_rotated(
         database_url,
         LOCK_SESSION,
         pair.session_id,
-        lambda: operations.refresh(pair.refresh_token, DEVICE, expires_at - SECOND),
+        lambda: operations.refresh(pair.refresh_token, DEVICE.ip, expires_at - SECOND),
         lambda: expire_once(runtime, registry),
     )
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -69,33 +69,35 @@ async def test_terminal_sicr_older_than_30_days_are_deleted_and_pending_never(
     assert registry.get_sample_value("identity_session_retention_deleted_total", deleted) == 5
 
 
-async def test_refresh_sessions_go_90_days_after_their_last_transition_and_active_never(
+async def test_terminal_refresh_sessions_created_over_90_days_ago_go_and_active_never(
     runtime: Runtime, registry: CollectorRegistry
 ) -> None:
     now = runtime.clock.now()
-    long_ago = now - 200 * DAY
     async with runtime.database.connection() as conn:
-        user = await insert_user(conn, long_ago)
+        user = await insert_user(conn, now - 200 * DAY)
 
-        async def sessions(status: str, expires_at: datetime, **at: Any) -> None:
+        async def sessions(status: str, created_days_ago: int, **at: Any) -> None:
+            created_at = now - created_days_ago * DAY
             await insert_refresh_sessions(
-                conn, user, count=1, status=status, created_at=long_ago, expires_at=expires_at, **at
+                conn,
+                user,
+                count=1,
+                status=status,
+                created_at=created_at,
+                expires_at=created_at + 30 * DAY,
+                **at,
             )
 
-        await sessions("Expired", now - 91 * DAY)
-        await sessions(
-            "Revoked", now - 95 * DAY, revoked_at=now - 100 * DAY, revoked_reason="Admin"
-        )
-        await sessions("Rotated", now - 92 * DAY, rotated_at=now - 120 * DAY)
-        # Kept: the last transition (revoke after expiry) is recent.
-        await sessions(
-            "Revoked", now - 120 * DAY, revoked_at=now - 10 * DAY, revoked_reason="TokenReuse"
-        )
-        # Kept: rotated long ago, but its token could be presented until 89 days ago.
-        await sessions("Rotated", now - 89 * DAY, rotated_at=now - 119 * DAY)
-        await sessions("Expired", now - 89 * DAY)
-        # Active is never deleted, however long ago it expired.
-        await sessions("Active", now - 150 * DAY)
+        await sessions("Expired", 91)
+        await sessions("Rotated", 120, rotated_at=now - 100 * DAY)
+        # Gone too: age counts from creation, however recent the revoke.
+        await sessions("Revoked", 95, revoked_at=now - 10 * DAY, revoked_reason="TokenReuse")
+        # Kept: created exactly 90 days ago, or less.
+        await sessions("Expired", 90)
+        await sessions("Rotated", 89, rotated_at=now - 89 * DAY)
+        await sessions("Revoked", 60, revoked_at=now - 60 * DAY, revoked_reason="Logout")
+        # Active is never deleted, however old.
+        await sessions("Active", 150)
 
     result = await _retain_once(runtime, registry)
 
@@ -152,10 +154,7 @@ async def test_every_job_statement_finds_its_rows_through_an_index(runtime: Runt
             (EXPIRE_REFRESH_SESSIONS_CHUNK, "ix_refresh_sessions_expires_at"),
             (EXPIRE_SICR_CHUNK, "ix_sicr_expires_at"),
             (DELETE_RETIRED_SICR_BATCH, "ix_sicr_retention_created_at"),
-            (
-                DELETE_RETIRED_REFRESH_SESSIONS_BATCH,
-                "ix_refresh_sessions_retention_last_transition",
-            ),
+            (DELETE_RETIRED_REFRESH_SESSIONS_BATCH, "ix_refresh_sessions_retention_created_at"),
         ]
         for sql, index in expectations:
             rows = await conn.fetch(f"explain {sql}", now, 5000, EARLIEST)

@@ -69,12 +69,12 @@ async def test_old_inactive_sessions_go_with_their_children_and_active_never(
         assert registry.get_sample_value(DELETED_TOTAL, {"table": table}) == count
 
 
-async def test_the_retention_age_is_measured_from_the_end_of_the_session(
+async def test_the_retention_age_is_measured_from_the_creation_of_the_session(
     runtime: Runtime, registry: CollectorRegistry
 ) -> None:
     now = runtime.clock.now()
     async with runtime.database.connection() as conn:
-        # Created over a year ago but ended within it: its data is still under a year old.
+        # Created over a year ago, ended within it: old all the same.
         [long_session] = await insert_sessions(
             conn,
             count=1,
@@ -82,11 +82,20 @@ async def test_the_retention_age_is_measured_from_the_end_of_the_session(
             last_activity_at=now - 300 * DAY,
             status="Inactive",
         )
+        # Created exactly a year ago: not older than the age yet.
+        [year_old] = await insert_sessions(
+            conn,
+            count=1,
+            created_at=now - 365 * DAY,
+            last_activity_at=now - 365 * DAY,
+            status="Inactive",
+        )
 
     result = await retain_once(runtime, registry)
 
-    assert result.deleted["sessions"] == 0
-    assert await _counts(runtime, [long_session]) == (1, 0, 0)
+    assert result.deleted["sessions"] == 1
+    assert await _counts(runtime, [long_session]) == (0, 0, 0)
+    assert await _counts(runtime, [year_old]) == (1, 0, 0)
 
 
 async def test_retention_deletes_in_bounded_batches(
@@ -152,4 +161,18 @@ async def test_the_claim_goes_through_the_retention_index(runtime: Runtime) -> N
                 f"explain {CLAIM_RETIRED_SESSIONS}", runtime.clock.now(), 1000
             )
         )
-    assert "ix_sessions_retention_ended_at" in plan and "Sort" not in plan, plan
+    assert "ix_sessions_retention_created_at" in plan and "Sort" not in plan, plan
+
+
+async def test_the_retention_index_holds_inactive_sessions_by_creation(runtime: Runtime) -> None:
+    async with runtime.database.connection() as conn:
+        rows = await conn.fetch(
+            "select indexname, indexdef from pg_indexes "
+            "where schemaname = 'user_activity' and tablename = 'sessions'"
+        )
+    indexes = {row["indexname"]: row["indexdef"] for row in rows}
+    assert "ix_sessions_retention_ended_at" not in indexes
+    assert (
+        "(created_at) WHERE ((status)::text = 'Inactive'::text)"
+        in indexes["ix_sessions_retention_created_at"]
+    )

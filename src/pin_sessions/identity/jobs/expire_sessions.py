@@ -16,6 +16,13 @@ a statement; what is left is reported as ``backlogRemaining`` for the next tick.
 phase gets at least one chunk per run, so a huge refresh backlog cannot starve SICR.
 A failed phase (lock timeout, lost connection, ...) is logged and counted; the other
 phase still runs and the run completes.
+
+Seed 000's metrics are single series, without a phase label. The backlog gauge is set at
+the end of a run to the rows left over both phases, and only when both were counted: a
+phase skipped by a stop, or failed before its count, leaves the gauge at the last full
+measurement, since half a sum would look like a shrinking backlog. Every phase span
+carries the run's ``jobRunId``; the run span itself (opened by the worker) gets the
+run's ``expiredCount``, both phases together.
 """
 
 from __future__ import annotations
@@ -132,7 +139,7 @@ PHASES = (
 
 @dataclass(frozen=True)
 class ExpireSessionsMetrics:
-    """Seed 000's metric names; ``phase`` labels are created up front so alerts see zeros."""
+    """Seed 000's metric names, each a single series."""
 
     expired: dict[str, Counter]
     run_duration_ms: Histogram
@@ -141,7 +148,7 @@ class ExpireSessionsMetrics:
 
     @classmethod
     def register(cls, registry: CollectorRegistry) -> ExpireSessionsMetrics:
-        metrics = cls(
+        return cls(
             expired={
                 REFRESH: Counter(
                     "identity_expire_sessions_refresh_expired_total",
@@ -162,21 +169,16 @@ class ExpireSessionsMetrics:
             ),
             backlog=Gauge(
                 "identity_expire_sessions_backlog",
-                "Rows under the guard with expires_at <= now not yet Expired, at the end of a run",
-                ["phase"],
+                "Rows under the guard with expires_at <= now not yet Expired, both phases, "
+                "at the end of the last run that counted both",
                 registry=registry,
             ),
             errors=Counter(
                 "identity_expire_sessions_errors_total",
                 "Failed phases (lock timeout, lost connection, ...)",
-                ["phase"],
                 registry=registry,
             ),
         )
-        for phase in PHASES:
-            metrics.backlog.labels(phase=phase.name)
-            metrics.errors.labels(phase=phase.name)
-        return metrics
 
 
 @dataclass
@@ -206,6 +208,17 @@ class ExpireSessionsResult:
     @property
     def backlog_remaining(self) -> int:
         return sum(outcome.remaining or 0 for outcome in (self.refresh, self.sicr))
+
+    @property
+    def counted_backlog(self) -> int | None:
+        """The rows left over both phases; None unless both were counted."""
+        if self.refresh.remaining is None or self.sicr.remaining is None:
+            return None
+        return self.refresh.remaining + self.sicr.remaining
+
+    @property
+    def expired(self) -> int:
+        return self.refresh.expired + self.sicr.expired
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -239,11 +252,16 @@ class ExpireSessionsJob:
             run.id, outcomes[REFRESH], outcomes[SICR], duration_ms=run.elapsed_ms()
         )
         self.metrics.run_duration_ms.observe(result.duration_ms)
+        if result.counted_backlog is not None:
+            self.metrics.backlog.set(result.counted_backlog)
+        # The worker's run span is the current one here: SPEC §7 wants the count on it.
+        trace.get_current_span().set_attribute("expiredCount", result.expired)
         return result
 
     async def _run_phase(self, phase: ExpiryPhase, now: datetime, run: JobRun) -> PhaseOutcome:
         outcome = PhaseOutcome(phase.name)
         with run.tracer.start_as_current_span(f"expire-sessions {phase.name}") as span:
+            span.set_attribute("jobRunId", str(run.id))
             span.set_attribute("phase", phase.name)
             backlog: int | None = None
             try:
@@ -262,7 +280,7 @@ class ExpireSessionsJob:
                 outcome.failed = True
                 if backlog is not None:
                     outcome.remaining = max(backlog - outcome.expired, 0)
-                self.metrics.errors.labels(phase=phase.name).inc()
+                self.metrics.errors.inc()
                 span.record_exception(exc)
                 span.set_status(trace.StatusCode.ERROR)
                 log.warning(
@@ -271,8 +289,6 @@ class ExpireSessionsJob:
             else:
                 log.info("phase done", phase=phase.name, expiredCount=outcome.expired)
             span.set_attribute("expiredCount", outcome.expired)
-            if outcome.remaining is not None:
-                self.metrics.backlog.labels(phase=phase.name).set(outcome.remaining)
         return outcome
 
     async def _expire_in_chunks(

@@ -1,20 +1,22 @@
 """SessionRetentionJob: physically delete identity rows nobody needs any more.
 
-Two independent phases, deciding with the ``now`` fixed when the run started:
+Two independent phases, deciding with the ``now`` fixed when the run started; a row's
+age counts from its ``created_at`` (seed 000: "SICR older than 30 days, refresh_sessions
+older than 90 days"):
 
 * ``sicr`` — sign-in confirmation requests in a terminal status (Confirmed, Expired)
   created more than ``sicr_age`` (30 days) ago;
-* ``refresh`` — refresh sessions Rotated, Revoked or Expired whose last transition is
-  more than ``refresh_age`` (90 days) ago. The last transition is the greatest of
-  ``rotated_at``, ``revoked_at`` and ``expires_at``: expiry happens at ``expires_at``
-  whenever the status is materialised, and keeping Rotated/Revoked rows until 90 days
-  past their expiry keeps reuse detection working for as long as a token could be shown.
+* ``refresh`` — refresh sessions Rotated, Revoked or Expired created more than
+  ``refresh_age`` (90 days) ago. Every session expires 30 days after its creation, so by
+  default its row, and with it the reuse detection of its token, outlives the token by
+  60 days.
 
 Active and Pending rows are never deleted: the status is in every DELETE's condition.
 Deletes run in batches of at most ``batch_size`` rows, each claimed through a partial
-index (migration 0005) with ``FOR UPDATE SKIP LOCKED`` and committed on its own, so a
-statement stays short on a large table and parallel instances take disjoint batches.
-The stop signal and ``max_run_duration`` are checked between batches.
+index on ``created_at`` (migrations 0005 and 0008) with ``FOR UPDATE SKIP LOCKED`` and
+committed on its own, so a statement stays short on a large table and parallel
+instances take disjoint batches. The stop signal and ``max_run_duration`` are checked
+between batches.
 """
 
 from __future__ import annotations
@@ -58,15 +60,12 @@ deleted as (
 select count(*) as deleted, max(created_at) as reached from deleted
 """
 
-# Through ix_refresh_sessions_retention_last_transition: the expression must stay
-# exactly the indexed one.
+# Through ix_refresh_sessions_retention_created_at.
 DELETE_RETIRED_REFRESH_SESSIONS_BATCH = """
 with doomed as (
     select ctid as row_ctid from identity.refresh_sessions
-    where status in ('Rotated', 'Revoked', 'Expired')
-      and greatest(rotated_at, revoked_at, expires_at) < $1
-      and greatest(rotated_at, revoked_at, expires_at) >= $3
-    order by greatest(rotated_at, revoked_at, expires_at)
+    where status in ('Rotated', 'Revoked', 'Expired') and created_at < $1 and created_at >= $3
+    order by created_at
     limit $2
     for update skip locked
 ),
@@ -74,9 +73,9 @@ deleted as (
     delete from identity.refresh_sessions
     where ctid = any(array(select row_ctid from doomed))
       and status in ('Rotated', 'Revoked', 'Expired')
-    returning greatest(rotated_at, revoked_at, expires_at) as last_transition
+    returning created_at
 )
-select count(*) as deleted, max(last_transition) as reached from deleted
+select count(*) as deleted, max(created_at) as reached from deleted
 """
 
 # The batch cursor's start: before any timestamp.

@@ -1,12 +1,13 @@
 """ActivityRetentionJob: delete Inactive sessions older than the retention age (seed 003).
 
-A session is old when it ended more than ``age`` (365 days) before the ``now`` fixed at
-the start of the run. Its children reference it with ``ON DELETE RESTRICT``: the job
+A session is old when it was created more than ``age`` (365 days) before the ``now``
+fixed at the start of the run, however late it ended (SPEC §2: "delete Inactive sessions
+older than this"). Its children reference it with ``ON DELETE RESTRICT``: the job
 deletes its ``action_events`` and ``property_object_views`` first, then the session, in
 one transaction per batch, so a batch is all gone or all there.
 
-Each batch claims at most ``batch_size`` sessions through ``ix_sessions_retention_ended_at``
-(migration 0007) with ``FOR UPDATE SKIP LOCKED``, so parallel instances take disjoint
+Each batch claims at most ``batch_size`` sessions through ``ix_sessions_retention_created_at``
+(migration 0008) with ``FOR UPDATE SKIP LOCKED``, so parallel instances take disjoint
 batches and each statement stays short on a large table; the children are found through
 their ``session_id`` indexes. An Active session is never touched: the status is in the
 claim and in the DELETE, and an Inactive session never changes again (INV-SES-006), so it
@@ -37,8 +38,8 @@ log = structlog.get_logger(__name__)
 
 CLAIM_RETIRED_SESSIONS = """
 select id from user_activity.sessions
-where status = 'Inactive' and ended_at < $1
-order by ended_at
+where status = 'Inactive' and created_at < $1
+order by created_at
 limit $2
 for update skip locked
 """
