@@ -124,7 +124,12 @@ def build_identity_operations(runtime: Runtime) -> IdentityOperations:
 
 def build_identity_routers(runtime: Runtime, authenticator: Authenticator) -> list[APIRouter]:
     routers = [
-        build_identity_router(build_identity_operations(runtime), authenticator, runtime.clock)
+        build_identity_router(
+            build_identity_operations(runtime),
+            authenticator,
+            runtime.clock,
+            trusted_proxies=runtime.settings.trusted_proxies,
+        )
     ]
     if runtime.settings.dev_codes:
         routers.append(build_dev_codes_router(DevCodeStore(runtime.database)))

@@ -86,7 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     for action, text in (("grant", "grant permissions"), ("revoke", "withdraw permissions")):
         change = users.add_parser(action, help=f"{text} (effective at the next token issue)")
         change.add_argument("--phone", required=True, help="the user's E.164 phone number")
-        change.add_argument("--permission", nargs="+", required=True, type=_permission)
+        change.add_argument(
+            "--permission", action="extend", nargs="+", required=True, type=_permission
+        )
     return parser
 
 

@@ -84,6 +84,7 @@ async def test_granted_permissions_ride_in_access_tokens_until_withdrawn(
         phone,
         "--permission",
         MANAGER,
+        "--permission",  # repeated options add up, as for --scope
         "dev-stats.view",
         env=settings_env,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from pin_sessions.identity.errors import AnonymousIdInvalid, ConfirmationNotFoun
 from pin_sessions.identity.operations import Device, IdentityOperations, TokenPair
 from pin_sessions.platform.auth import Authenticator, UserPrincipal
 from pin_sessions.platform.clock import Clock
+from pin_sessions.platform.http.client_address import Network, request_client_ip
 
 MAX_REFRESH_TOKEN_LENGTH = 256
 # A code of any other shape is simply a wrong code (400, one attempt used), not a 422 that
@@ -97,9 +99,9 @@ class DevCodeOut(_Out):
     code: str
 
 
-def _device(request: Request) -> Device:
-    client = request.client
-    return Device(request.headers.get("user-agent", ""), domain.storable_ip(client and client.host))
+def _device(request: Request, trusted_proxies: Sequence[Network]) -> Device:
+    ip = request_client_ip(request, trusted_proxies)
+    return Device(request.headers.get("user-agent", ""), domain.storable_ip(ip))
 
 
 def _anonymous_id(raw: str | None) -> uuid.UUID | None:
@@ -112,8 +114,13 @@ def _anonymous_id(raw: str | None) -> uuid.UUID | None:
 
 
 def build_identity_router(
-    operations: IdentityOperations, authenticator: Authenticator, clock: Clock
+    operations: IdentityOperations,
+    authenticator: Authenticator,
+    clock: Clock,
+    *,
+    trusted_proxies: Sequence[Network] = (),
 ) -> APIRouter:
+    """The identity API; the client's IP is read through ``trusted_proxies``."""
     router = APIRouter(prefix="/api/identity", tags=["identity"])
     # A default, not an Annotated alias: string annotations cannot see a local alias.
     signed_in = Depends(authenticator.user())
@@ -122,7 +129,7 @@ def build_identity_router(
     async def request_sign_in(body: SignInRequestBody, request: Request) -> SignInRequestOut:
         """Send a one-time code to the phone (5 per phone per 15 min)."""
         created = await operations.request_sign_in(
-            body.phone_number, _device(request).ip, clock.now()
+            body.phone_number, _device(request, trusted_proxies).ip, clock.now()
         )
         return SignInRequestOut(request_id=created.request_id, expires_at=created.expires_at)
 
@@ -134,7 +141,11 @@ def build_identity_router(
     ) -> TokenPairOut:
         """Trade the code for an access and a refresh token."""
         pair = await operations.confirm_sign_in(
-            body.request_id, body.code, _anonymous_id(x_anonymous_id), _device(request), clock.now()
+            body.request_id,
+            body.code,
+            _anonymous_id(x_anonymous_id),
+            _device(request, trusted_proxies),
+            clock.now(),
         )
         return TokenPairOut.of(pair)
 
@@ -142,7 +153,9 @@ def build_identity_router(
     async def refresh(body: RefreshBody, request: Request) -> TokenPairOut:
         """Rotate the refresh token; the old one is void (a racing retry gets the same pair)."""
         return TokenPairOut.of(
-            await operations.refresh(body.refresh_token, _device(request).ip, clock.now())
+            await operations.refresh(
+                body.refresh_token, _device(request, trusted_proxies).ip, clock.now()
+            )
         )
 
     @router.get("/sessions")

@@ -5,10 +5,8 @@ DeviceInfo is parsed once, when a session is created, and never updated.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import uuid
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -58,47 +56,6 @@ def device_info(user_agent: str | None, ip_address: str | None) -> DeviceInfo:
 def duration_seconds(duration: timedelta) -> int:
     """Whole seconds of a duration, as events and responses carry it."""
     return int(duration.total_seconds())
-
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def client_ip(
-    peer: str | None, forwarded_for: Sequence[str], trusted_proxies: Iterable[Network]
-) -> str | None:
-    """The client's address: the peer, unless the peer is a trusted proxy.
-
-    ``X-Forwarded-For`` is read right to left, skipping trusted proxies; the first
-    untrusted hop is the client. Anything unparsable stops the walk, so a client can
-    never choose its own address by writing the header.
-    """
-    networks = tuple(trusted_proxies)
-    if peer is None or not _is_trusted(peer, networks):
-        return peer
-    current = peer
-    for hop in reversed([part.strip() for value in forwarded_for for part in value.split(",")]):
-        if not _is_address(hop):
-            break
-        current = hop
-        if not _is_trusted(hop, networks):
-            break
-    return current
-
-
-def _is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_trusted(address: str, networks: tuple[Network, ...]) -> bool:
-    try:
-        parsed = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return any(parsed in network for network in networks)
 
 
 def action_data_fits(encoded: bytes) -> bool:

@@ -16,11 +16,11 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from pin_sessions.platform.auth import AuthenticationRequired, Authenticator, UserPrincipal
+from pin_sessions.platform.http.client_address import request_client_ip
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity import history, operations
 from pin_sessions.user_activity.domain import (
     DeviceInfo,
-    client_ip,
     device_info,
     duration_seconds,
 )
@@ -107,9 +107,7 @@ def _device_reader(runtime: Runtime) -> Callable[[Request], DeviceInfo]:
     trusted = runtime.settings.trusted_proxies
 
     def read(request: Request) -> DeviceInfo:
-        peer = request.client.host if request.client else None
-        forwarded = request.headers.getlist("x-forwarded-for")
-        return device_info(request.headers.get("user-agent"), client_ip(peer, forwarded, trusted))
+        return device_info(request.headers.get("user-agent"), request_client_ip(request, trusted))
 
     return read
 
