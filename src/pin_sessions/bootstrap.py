@@ -19,16 +19,11 @@ from starlette.middleware import Middleware
 
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.dev_stats.routes import build_router as build_dev_stats_router
-from pin_sessions.identity.codes import (
-    CodeSender,
-    DevCodeStore,
-    FanOutCodeSender,
-    LoggingCodeSender,
-)
+from pin_sessions.identity.codes import DEV_CODE_KEY_PURPOSE, DevCodes, LoggingCodeSender
 from pin_sessions.identity.http import build_dev_codes_router, build_identity_router
 from pin_sessions.identity.jobs import expire_sessions, session_retention
 from pin_sessions.identity.liveness import RefreshSessionLiveness
-from pin_sessions.identity.operations import IdentityOperations
+from pin_sessions.identity.operations import IdentityOperations, random_code
 from pin_sessions.platform.auth import Authenticator, TokenCodec
 from pin_sessions.platform.clock import Clock, SystemClock
 from pin_sessions.platform.database import Database
@@ -109,17 +104,23 @@ def build_authenticator(runtime: Runtime) -> Authenticator:
 
 
 def build_identity_operations(runtime: Runtime) -> IdentityOperations:
-    """Identity's use cases; codes are logged as sent and, with PIN_DEV_CODES=1, kept readable."""
-    sender: CodeSender = LoggingCodeSender()
-    if runtime.settings.dev_codes:
-        sender = FanOutCodeSender([sender, DevCodeStore(runtime.database)])
+    """Identity's use cases; codes are logged as sent and, with PIN_DEV_CODES=1, derivable."""
+    dev_codes = build_dev_codes(runtime)
     return IdentityOperations(
         runtime.database,
         runtime.secrets,
         build_token_codec(runtime),
-        sender,
+        LoggingCodeSender(),
         refresh_reuse_interval=runtime.settings.refresh_reuse_interval,
+        issue_code=random_code if dev_codes is None else dev_codes.issue,
     )
+
+
+def build_dev_codes(runtime: Runtime) -> DevCodes | None:
+    """The codes ``GET /dev/sign-in-codes/{requestId}`` shows; None unless PIN_DEV_CODES=1."""
+    if not runtime.settings.dev_codes:
+        return None
+    return DevCodes(runtime.database, runtime.secrets.derived_key(DEV_CODE_KEY_PURPOSE))
 
 
 def build_identity_routers(runtime: Runtime, authenticator: Authenticator) -> list[APIRouter]:
@@ -131,8 +132,9 @@ def build_identity_routers(runtime: Runtime, authenticator: Authenticator) -> li
             trusted_proxies=runtime.settings.trusted_proxies,
         )
     ]
-    if runtime.settings.dev_codes:
-        routers.append(build_dev_codes_router(DevCodeStore(runtime.database)))
+    dev_codes = build_dev_codes(runtime)
+    if dev_codes is not None:
+        routers.append(build_dev_codes_router(dev_codes))
     return routers
 
 

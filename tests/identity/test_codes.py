@@ -17,7 +17,7 @@ from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import SettingsError, load_settings
 from tests.conftest import T0, TEST_JWT_SECRET, LogCapture
-from tests.identity.flows import new_phone, problem_code, request_code
+from tests.identity.flows import dev_code, new_phone, problem_code, request_code
 from tests.support.http import LiveServer
 
 
@@ -64,6 +64,29 @@ async def test_the_logging_sender_logs_neither_the_phone_nor_the_code(
     [line] = captured_logs.lines()[before:]
     assert "sign-in code sent" in line and str(request_id) in line
     assert "7911123456" not in line and "424242" not in line
+
+
+async def test_a_dev_server_shows_codes_without_storing_them(
+    http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    """SPEC §3: the code itself is never stored, not even where PIN_DEV_CODES=1 shows it."""
+    request_id = await request_code(http, new_phone())
+    code = await dev_code(http, request_id)
+    assert (await http.get(f"/dev/sign-in-codes/{request_id}")).json() == {"code": code}
+    async with runtime.database.connection() as conn:
+        tables = await conn.fetch(
+            "select table_schema, table_name from information_schema.tables "
+            "where table_schema in ('identity', 'messaging')"
+        )
+        rows = [
+            row["text"]
+            for table in tables
+            for row in await conn.fetch(
+                f'select t::text as text from "{table["table_schema"]}"."{table["table_name"]}" t'
+            )
+        ]
+    assert any(request_id in text for text in rows)  # the scan does see the request
+    assert not any(code in text for text in rows)
 
 
 async def test_the_dev_code_of_an_unknown_request_is_not_found(http: httpx.AsyncClient) -> None:

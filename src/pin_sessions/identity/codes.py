@@ -1,17 +1,20 @@
-"""Delivering sign-in codes: the :class:`CodeSender` port and its implementations."""
+"""Sign-in codes out of the service: the :class:`CodeSender` port, its logging default,
+and the derivable codes of a dev server (PIN_DEV_CODES=1)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from typing import Protocol
 
 import structlog
 
-from pin_sessions.identity import repository
+from pin_sessions.identity import domain, repository
 from pin_sessions.platform.database import Database
 
 log = structlog.get_logger(__name__)
+
+# The server secret's key for dev codes; never the key of the codes' HMACs.
+DEV_CODE_KEY_PURPOSE = "dev-sign-in-code"
 
 
 class CodeSender(Protocol):
@@ -28,27 +31,25 @@ class LoggingCodeSender:
         log.info("sign-in code sent", requestId=str(request_id))
 
 
-class DevCodeStore:
-    """Keeps codes readable at ``GET /dev/sign-in-codes/{requestId}`` (PIN_DEV_CODES=1 only)."""
+class DevCodes:
+    """PIN_DEV_CODES=1 only: codes that ``GET /dev/sign-in-codes/{requestId}`` can show.
 
-    def __init__(self, database: Database) -> None:
+    SPEC §3: the code itself is never stored. So a dev server does not draw codes at
+    random: each is derived from its request id under a key of the server secret, and
+    the endpoint derives it again. Anyone holding the secret could do the same, which on
+    a dev server is what the endpoint is for; production draws from the CSPRNG.
+    """
+
+    def __init__(self, database: Database, key: bytes) -> None:
         self._database = database
+        self._key = key
 
-    async def send(self, request_id: uuid.UUID, phone_number: str, code: str) -> None:
-        async with self._database.connection() as conn:
-            await repository.insert_dev_code(conn, request_id, code)
+    def issue(self, request_id: uuid.UUID) -> str:
+        return domain.derived_code(self._key, request_id)
 
     async def code(self, request_id: uuid.UUID) -> str | None:
+        """The code of a sign-in request; None when there is no such request."""
         async with self._database.connection() as conn:
-            return await repository.dev_code(conn, request_id)
-
-
-class FanOutCodeSender:
-    """Hands every code to each sender in turn."""
-
-    def __init__(self, senders: Sequence[CodeSender]) -> None:
-        self._senders = tuple(senders)
-
-    async def send(self, request_id: uuid.UUID, phone_number: str, code: str) -> None:
-        for sender in self._senders:
-            await sender.send(request_id, phone_number, code)
+            if not await repository.request_exists(conn, request_id):
+                return None
+        return self.issue(request_id)

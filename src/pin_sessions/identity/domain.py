@@ -59,6 +59,12 @@ def new_code() -> str:
     return str(secrets.randbelow(10**CODE_DIGITS)).zfill(CODE_DIGITS)
 
 
+def derived_code(key: bytes, request_id: uuid.UUID) -> str:
+    """Six digits fixed by ``key`` and the request: dev codes, readable again without storing."""
+    digest = hmac.new(key, request_id.bytes, hashlib.sha256).digest()
+    return str(int.from_bytes(digest[:8], "big") % 10**CODE_DIGITS).zfill(CODE_DIGITS)
+
+
 def code_hash(key: bytes, request_id: uuid.UUID, code: str) -> bytes:
     """HMAC of the code, bound to its request so equal codes of two requests differ."""
     return hmac.new(key, request_id.bytes + code.encode(), hashlib.sha256).digest()

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pin_sessions.identity import devices, domain
-from pin_sessions.identity.codes import DevCodeStore
+from pin_sessions.identity.codes import DevCodes
 from pin_sessions.identity.errors import AnonymousIdInvalid, ConfirmationNotFound
 from pin_sessions.identity.operations import Device, IdentityOperations, TokenPair
 from pin_sessions.platform.auth import Authenticator, UserPrincipal
@@ -208,14 +208,14 @@ def build_identity_router(
     return router
 
 
-def build_dev_codes_router(store: DevCodeStore) -> APIRouter:
+def build_dev_codes_router(codes: DevCodes) -> APIRouter:
     """Mounted only with PIN_DEV_CODES=1: otherwise the path does not exist at all."""
     router = APIRouter(prefix="/dev", tags=["development"])
 
     @router.get("/sign-in-codes/{requestId}")
     async def sign_in_code(request_id: Annotated[uuid.UUID, Path(alias="requestId")]) -> DevCodeOut:
         """The code sent for a sign-in request."""
-        code = await store.code(request_id)
+        code = await codes.code(request_id)
         if code is None:
             raise ConfirmationNotFound()
         return DevCodeOut(code=code)

@@ -6,7 +6,7 @@ Decisions take ``now`` from the caller; the HTTP edge reads the clock once per r
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -31,6 +31,15 @@ from pin_sessions.platform.secrets import ServerSecrets
 
 CODE_KEY_PURPOSE = "sign-in-code"
 SUCCESSOR_KEY_PURPOSE = "refresh-successor"
+
+# Draws the code of a new sign-in request, given its id.
+CodeIssuer = Callable[[uuid.UUID], str]
+
+
+def random_code(request_id: uuid.UUID) -> str:
+    """Production's issuer: the CSPRNG; the request id plays no part."""
+    del request_id
+    return domain.new_code()
 
 
 @dataclass(frozen=True)
@@ -68,19 +77,22 @@ class IdentityOperations:
         sender: CodeSender,
         *,
         refresh_reuse_interval: timedelta,
+        issue_code: CodeIssuer = random_code,
     ) -> None:
         self._database = database
         self._code_key = secrets.derived_key(CODE_KEY_PURPOSE)
         self._successor_key = secrets.derived_key(SUCCESSOR_KEY_PURPOSE)
         self._codec = codec
         self._sender = sender
+        self._issue_code = issue_code
         self._reuse_interval = refresh_reuse_interval
 
     async def request_sign_in(
         self, phone_number: str, ip: str | None, now: datetime
     ) -> SignInRequest:
         """Issue a code for ``phone_number``, at most 5 per phone per 15 minutes."""
-        request_id, code = new_id(), domain.new_code()
+        request_id = new_id()
+        code = self._issue_code(request_id)
         expires_at = now + domain.CONFIRMATION_TTL
         async with self._database.transaction() as conn:
             # Parallel requests of one phone queue here, so the count below stays true.

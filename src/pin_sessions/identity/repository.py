@@ -113,13 +113,9 @@ async def request_state(conn: Connection, request_id: uuid.UUID) -> Confirmation
     return ConfirmationState(ConfirmationStatus(row["status"]), row["expires_at"], row["attempts"])
 
 
-async def insert_dev_code(conn: Connection, request_id: uuid.UUID, code: str) -> None:
-    await conn.execute(sql.INSERT_DEV_CODE, request_id, code)
-
-
-async def dev_code(conn: Connection, request_id: uuid.UUID) -> str | None:
-    code: str | None = await conn.fetchval(sql.SELECT_DEV_CODE, request_id)
-    return code
+async def request_exists(conn: Connection, request_id: uuid.UUID) -> bool:
+    exists: bool = await conn.fetchval(sql.SIGN_IN_REQUEST_EXISTS, request_id)
+    return exists
 
 
 async def user_for_phone(

@@ -25,12 +25,8 @@ insert into identity.sign_in_confirmation_requests
 values ($1, $2, $3, 0, 'Pending', $4, $5, $6)
 """
 
-INSERT_DEV_CODE = """
-insert into identity.dev_sign_in_codes (request_id, code) values ($1, $2)
-"""
-
-SELECT_DEV_CODE = """
-select code from identity.dev_sign_in_codes where request_id = $1
+SIGN_IN_REQUEST_EXISTS = """
+select exists (select 1 from identity.sign_in_confirmation_requests where id = $1)
 """
 
 # Pending → Confirmed, only with the right code, in time, and under the attempt cap.

@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import build_identity_operations
+from pin_sessions.bootstrap import build_dev_codes, build_identity_operations
 from pin_sessions.identity.errors import ConfirmationExpired, SessionExpired
 from pin_sessions.identity.operations import Device, IdentityOperations, TokenPair
 from pin_sessions.platform.clock import FixedClock
@@ -72,7 +72,7 @@ async def in_lock_order(
 
 @pytest.fixture
 def operations(runtime: Runtime) -> IdentityOperations:
-    assert runtime.settings.dev_codes, "identity's tests read codes from the dev store"
+    assert runtime.settings.dev_codes, "identity's tests read codes as a dev server shows them"
     return build_identity_operations(runtime)
 
 
@@ -81,11 +81,10 @@ async def _request_code(
 ) -> tuple[uuid.UUID, str, Any]:
     phone = "+4479" + str(secrets.randbelow(10**8)).zfill(8)
     request = await operations.request_sign_in(phone, None, runtime.clock.now())
-    async with runtime.database.connection() as conn:
-        code = await conn.fetchval(
-            "select code from identity.dev_sign_in_codes where request_id = $1",
-            request.request_id,
-        )
+    dev_codes = build_dev_codes(runtime)
+    assert dev_codes is not None
+    code = await dev_codes.code(request.request_id)
+    assert code is not None
     return request.request_id, code, request.expires_at
 
 
