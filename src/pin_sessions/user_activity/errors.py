@@ -24,7 +24,7 @@ class UserActivityError(AppError):
 class AnonymousIdInvalid(UserActivityError):
     code = "USER_ACTIVITY_ANONYMOUS_ID_INVALID"
     status = 400
-    title = "X-Anonymous-Id must be a UUID"
+    title = "The AnonymousId must be a UUID"
 
 
 class AnonymousIdRequired(UserActivityError):

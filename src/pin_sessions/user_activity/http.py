@@ -74,11 +74,11 @@ LimitParam = Annotated[
 CursorParam = Annotated[str | None, Query()]
 
 
-def parse_anonymous_id(text: str) -> uuid.UUID:
+def parse_anonymous_id(text: str, *, where: str = "X-Anonymous-Id") -> uuid.UUID:
     try:
         return uuid.UUID(text)
     except ValueError:
-        raise AnonymousIdInvalid() from None
+        raise AnonymousIdInvalid(f"{where} must be a UUID") from None
 
 
 # Dependencies are coroutines: FastAPI would run a plain function in a worker thread.
@@ -298,7 +298,7 @@ def _internal_router(runtime: Runtime, authenticator: Authenticator) -> APIRoute
     async def device_link(anonymous_id: Annotated[str, Path(alias="anonymousId")]) -> DeviceLink:
         """Which user the device is linked to now (for favorites)."""
         return DeviceLink.model_validate(
-            await history.device_link(db, parse_anonymous_id(anonymous_id))
+            await history.device_link(db, parse_anonymous_id(anonymous_id, where="anonymousId"))
         )
 
     @router.get("/users/{userId}/sessions", response_model=History, dependencies=[InternalOrAdmin])
