@@ -47,27 +47,20 @@ from pin_sessions.platform.messaging.runner import ConsumerRunner
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.outbox import IntegrationEvent, append_all
 from pin_sessions.platform.process import Role
+from pin_sessions.user_activity.events import session_ended
 
-TOPIC = "pin.user-activity.session-ended.v1"
 TICK_SECONDS = 0.01
 
 
 def _event(now: datetime) -> IntegrationEvent:
-    session_id = uuid.uuid4()
-    return IntegrationEvent(
-        topic=TOPIC,
-        event_type="pin.user-activity.session-ended",
-        version=1,
-        aggregate_type="Session",
-        aggregate_id=session_id,
-        payload={
-            "SessionId": session_id,
-            "AnonymousId": uuid.uuid4(),
-            "UserId": None,
-            "CreatedAt": now - timedelta(minutes=20),
-            "LastActivityAt": now - timedelta(minutes=15),
-            "DurationSeconds": 300,
-        },
+    """A session-ended event exactly as user-activity writes it."""
+    return session_ended(
+        session_id=uuid.uuid4(),
+        anonymous_id=uuid.uuid4(),
+        user_id=None,
+        created_at=now - timedelta(minutes=20),
+        last_activity_at=now - timedelta(minutes=15),
+        duration=timedelta(minutes=5),
     )
 
 

@@ -110,12 +110,8 @@ def api_url(
 ) -> Iterator[str]:
     """The whole API served by uvicorn on a free loopback port."""
     api = build_api(build_runtime(settings, database_url, clock=clock, registry=registry))
-    server = LiveServer(api)
-    url = server.start()
-    try:
+    with LiveServer(api) as url:
         yield url
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -29,7 +30,7 @@ from pin_sessions.platform.clock import Clock, SystemClock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.http.app import create_http_app
-from pin_sessions.platform.jobs import PollingWorker
+from pin_sessions.platform.jobs import Job, PollingWorker
 from pin_sessions.platform.messaging.kafka import KafkaConsumer
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.pgbus import PostgresBusConsumer
@@ -165,44 +166,34 @@ def api_from_environment() -> FastAPI:
     return build_api(build_runtime(settings, dsn))
 
 
+def _polling(runtime: Runtime, job: Job[Any], interval: timedelta) -> PollingWorker[Any]:
+    return PollingWorker(job, clock=runtime.clock, interval=interval, registry=runtime.registry)
+
+
 def _expire_sessions_worker(runtime: Runtime) -> PollingWorker[Any]:
     options = runtime.settings.expire_sessions
     job = expire_sessions.build_expire_sessions_job(runtime.database, options, runtime.registry)
-    return PollingWorker(
-        job, clock=runtime.clock, interval=options.polling_interval, registry=runtime.registry
-    )
+    return _polling(runtime, job, options.polling_interval)
 
 
 def _session_retention_worker(runtime: Runtime) -> PollingWorker[Any]:
-    job = session_retention.build_session_retention_job(
-        runtime.database, runtime.settings.session_retention, runtime.registry
-    )
-    return PollingWorker(
-        job,
-        clock=runtime.clock,
-        interval=session_retention.POLLING_INTERVAL,
-        registry=runtime.registry,
-    )
+    options = runtime.settings.session_retention
+    job = session_retention.build_session_retention_job(runtime.database, options, runtime.registry)
+    return _polling(runtime, job, session_retention.POLLING_INTERVAL)
 
 
 def _activity_closer_worker(runtime: Runtime) -> PollingWorker[Any]:
     options = runtime.settings.activity_closer
     job = activity_closer.build_activity_closer_job(runtime.database, options, runtime.registry)
-    return PollingWorker(
-        job, clock=runtime.clock, interval=options.polling_interval, registry=runtime.registry
-    )
+    return _polling(runtime, job, options.polling_interval)
 
 
 def _activity_retention_worker(runtime: Runtime) -> PollingWorker[Any]:
+    options = runtime.settings.activity_retention
     job = activity_retention.build_activity_retention_job(
-        runtime.database, runtime.settings.activity_retention, runtime.registry
+        runtime.database, options, runtime.registry
     )
-    return PollingWorker(
-        job,
-        clock=runtime.clock,
-        interval=activity_retention.POLLING_INTERVAL,
-        registry=runtime.registry,
-    )
+    return _polling(runtime, job, activity_retention.POLLING_INTERVAL)
 
 
 # `pin-sessions job NAME` builds one of these; `up` runs them all as roles.

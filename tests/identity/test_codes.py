@@ -99,19 +99,14 @@ async def test_without_dev_codes_the_code_endpoint_does_not_exist(
     settings_env: dict[str, str], database_url: str, clock: FixedClock
 ) -> None:
     settings = load_settings({**settings_env, "PIN_DEV_CODES": "0"})
-    server = LiveServer(
-        build_api(build_runtime(settings, database_url, clock=clock, registry=CollectorRegistry()))
-    )
-    url = server.start()
-    try:
+    runtime = build_runtime(settings, database_url, clock=clock, registry=CollectorRegistry())
+    with LiveServer(build_api(runtime)) as url:
         async with httpx.AsyncClient(base_url=url) as http:
             request_id = await request_code(http, new_phone())
             response = await http.get(f"/dev/sign-in-codes/{request_id}")
             # The generic routing 404, not the endpoint's own "no such request".
             assert response.status_code == 404
             assert problem_code(response) == "NOT_FOUND"
-    finally:
-        server.stop()
 
 
 def test_dev_codes_are_refused_in_prod(tmp_path: Path) -> None:

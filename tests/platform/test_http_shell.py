@@ -58,12 +58,8 @@ def shell_url(
     settings: Settings, database_url: str, clock: FixedClock, registry: CollectorRegistry
 ) -> Iterator[str]:
     runtime = build_runtime(settings, database_url, clock=clock, registry=registry)
-    server = LiveServer(create_http_app(runtime, routers=[_probe_router()]))
-    url = server.start()
-    try:
+    with LiveServer(create_http_app(runtime, routers=[_probe_router()])) as url:
         yield url
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -88,12 +84,10 @@ def test_readyz_is_503_while_migrations_are_pending(
     settings: Settings, databases: DatabaseFactory
 ) -> None:
     dsn = databases.create(migrated=False)
-    server = LiveServer(create_http_app(build_runtime(settings, dsn)))
-    url = server.start()
     try:
-        response = httpx.get(f"{url}/readyz")
+        with LiveServer(create_http_app(build_runtime(settings, dsn))) as url:
+            response = httpx.get(f"{url}/readyz")
     finally:
-        server.stop()
         databases.drop(dsn)
     assert response.status_code == 503
     assert response.headers["content-type"] == PROBLEM
@@ -107,12 +101,8 @@ def test_readyz_is_503_when_the_database_does_not_answer(settings: Settings) -> 
     app = create_http_app(runtime)
     # The lifespan would fail to open a pool to a dead server, so serve without it.
     app.router.lifespan_context = _no_lifespan
-    server = LiveServer(app)
-    url = server.start()
-    try:
+    with LiveServer(app) as url:
         response = httpx.get(f"{url}/readyz")
-    finally:
-        server.stop()
     assert response.status_code == 503
     assert response.json()["code"] == "SERVICE_UNAVAILABLE"
 

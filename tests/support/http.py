@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
+from types import TracebackType
 
 import uvicorn
 from fastapi import FastAPI
 
 
 class LiveServer:
+    """``with LiveServer(app) as url:`` serves ``app`` for the block, then stops it."""
+
     def __init__(self, app: FastAPI) -> None:
         config = uvicorn.Config(
             app,
@@ -38,3 +41,14 @@ class LiveServer:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

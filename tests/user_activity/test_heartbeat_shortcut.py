@@ -64,12 +64,8 @@ def shortcut_url(
     passed_on: list[str],
 ) -> Iterator[str]:
     served = build_runtime(settings, database_url, clock=clock, registry=registry)
-    server = LiveServer(_app(served, served.database, passed_on))
-    url = server.start()
-    try:
+    with LiveServer(_app(served, served.database, passed_on)) as url:
         yield url
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -169,12 +165,8 @@ def test_a_database_failure_is_a_problem_not_a_crash(
     passed_on: list[str] = []
     app = _app(served, dead, passed_on)
     app.router.lifespan_context = open_dead_pool
-    server = LiveServer(app)
-    url = server.start()
-    try:
+    with LiveServer(app) as url:
         response = httpx.post(f"{url}{HEARTBEAT_PATH}", headers=device(new_id()))
-    finally:
-        server.stop()
     assert response.status_code == 503
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["code"] == "SERVICE_UNAVAILABLE"

@@ -56,15 +56,11 @@ async def test_the_dev_viewer_grant_exists_only_with_dev_codes(
 ) -> None:
     """Without PIN_DEV_CODES=1 (always so in prod) nobody can grant themselves the dashboard."""
     settings = load_settings({**settings_env, "PIN_DEV_CODES": "0"})
-    server = LiveServer(build_api(build_runtime(settings, database_url, clock=clock)))
-    url = server.start()
-    try:
+    with LiveServer(build_api(build_runtime(settings, database_url, clock=clock))) as url:
         async with httpx.AsyncClient(base_url=url) as client:
             body = {"phoneNumber": "+15550100100"}
             assert (await client.post("/dev/dev-stats/viewers", json=body)).status_code == 404
             assert (await client.get("/dev-stats")).status_code == 200
-    finally:
-        server.stop()
 
 
 async def test_the_dev_viewer_grant_refuses_a_malformed_phone(http: httpx.AsyncClient) -> None:
