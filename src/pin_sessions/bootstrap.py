@@ -27,7 +27,7 @@ from pin_sessions.identity.liveness import RefreshSessionLiveness
 from pin_sessions.identity.operations import IdentityOperations, random_code
 from pin_sessions.platform.auth import Authenticator, TokenCodec
 from pin_sessions.platform.clock import Clock, SystemClock
-from pin_sessions.platform.database import Database
+from pin_sessions.platform.database import Bounds, Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.platform.jobs import Job, PollingWorker
@@ -82,15 +82,33 @@ def build_runtime(
     *,
     clock: Clock | None = None,
     registry: CollectorRegistry | None = None,
-    pool_max_size: int = 10,
+    database: Database | None = None,
 ) -> Runtime:
+    """What every role shares; ``database`` defaults to the API's bounded pool."""
     return Runtime(
         settings=settings,
-        database=Database(dsn, max_size=pool_max_size),
+        database=database or api_database(settings, dsn),
         clock=clock or SystemClock(),
         registry=registry if registry is not None else new_registry(),
         secrets=resolve_server_secrets(settings),
     )
+
+
+def api_database(settings: Settings, dsn: str) -> Database:
+    """The API's pool: every call bounded by ``PIN_DATABASE__*`` (SPEC §9)."""
+    options = settings.database
+    return Database(
+        dsn,
+        max_size=options.pool_max,
+        bounds=Bounds(
+            statement_timeout=options.statement_timeout, acquire_timeout=options.acquire_timeout
+        ),
+    )
+
+
+def worker_database(dsn: str, *, max_size: int) -> Database:
+    """A pool for jobs, delivery and one-shot commands: they keep their own budgets (SPEC §9)."""
+    return Database(dsn, max_size=max_size)
 
 
 def build_token_codec(runtime: Runtime) -> TokenCodec:

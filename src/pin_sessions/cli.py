@@ -12,16 +12,19 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 import structlog
 
 from pin_sessions.bootstrap import (
     JOB_WORKERS,
+    api_database,
     build_api,
     build_delivery_roles,
     build_identity_operations,
     build_runtime,
     database_endpoint,
+    worker_database,
 )
 from pin_sessions.cli_jobs import add_job_parser, run_job_command
 from pin_sessions.cli_messaging import add_messaging_parsers, run_messaging_command
@@ -52,6 +55,8 @@ EXIT_USAGE = 2
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 STOP_GRACE_SECONDS = 4.0
+# Four jobs and the delivery roles, each using one connection at a time.
+UP_WORKERS_POOL_SIZE = 8
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -144,13 +149,18 @@ def _with_up_defaults(settings: Settings) -> Settings:
 
 def _up(settings: Settings, host: str, port: int) -> int:
     with DataDirLock(settings.data_dir), database_endpoint(settings) as dsn:
-        runtime = build_runtime(settings, dsn)
-        asyncio.run(_run_up(runtime, host, port))
+        # The workers share one pool; the API gets its own, bounded one (SPEC §9), so a
+        # job's long batch never waits behind requests, nor requests behind a batch.
+        runtime = build_runtime(
+            settings, dsn, database=worker_database(dsn, max_size=UP_WORKERS_POOL_SIZE)
+        )
+        api_runtime = replace(runtime, database=api_database(settings, dsn))
+        asyncio.run(_run_up(runtime, api_runtime, host, port))
     log.info("stopped")
     return 0
 
 
-async def _run_up(runtime: Runtime, host: str, port: int) -> None:
+async def _run_up(runtime: Runtime, api_runtime: Runtime, host: str, port: int) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
     await runtime.database.open()
@@ -160,7 +170,7 @@ async def _run_up(runtime: Runtime, host: str, port: int) -> None:
         # The jobs, consumers and relay share the runtime's registry, so their metrics show
         # on the API's /metrics.
         roles: list[Role] = [
-            _api_role(runtime, host, port),
+            _api_role(api_runtime, host, port),
             *(build_worker(runtime) for build_worker in JOB_WORKERS.values()),
             *build_delivery_roles(runtime),
         ]
@@ -180,7 +190,7 @@ def _api_role(runtime: Runtime, host: str, port: int) -> ApiRole:
 
 def _migrate(settings: Settings) -> int:
     async def run(dsn: str) -> list[int]:
-        runtime = build_runtime(settings, dsn, pool_max_size=1)
+        runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=1))
         await runtime.database.open()
         try:
             async with runtime.database.connection() as conn:
@@ -240,7 +250,7 @@ def _users(settings: Settings, action: str, phone: str, permissions: list[str]) 
         return EXIT_USAGE
 
     async def run(dsn: str) -> str:
-        runtime = build_runtime(settings, dsn, pool_max_size=1)
+        runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=1))
         await runtime.database.open()
         try:
             operations = build_identity_operations(runtime)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from prometheus_client import start_http_server
 
-from pin_sessions.bootstrap import JOB_WORKERS, build_runtime, database_endpoint
+from pin_sessions.bootstrap import JOB_WORKERS, build_runtime, database_endpoint, worker_database
 from pin_sessions.platform.process import install_stop_signals, run_roles
 from pin_sessions.platform.tracing import process_tracing
 
@@ -46,7 +46,7 @@ def add_job_parser(commands: Any) -> None:
 def run_job_command(settings: Settings, args: argparse.Namespace) -> int:
     port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
     with process_tracing(f"job.{args.name}", os.environ), database_endpoint(settings) as dsn:
-        runtime = build_runtime(settings, dsn, pool_max_size=2)
+        runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=2))
         worker = JOB_WORKERS[args.name](runtime)
 
         async def run() -> int:

@@ -22,6 +22,7 @@ from pin_sessions.bootstrap import (
     build_relay,
     build_runtime,
     database_endpoint,
+    worker_database,
 )
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.process import Role, install_stop_signals, run_roles
@@ -59,7 +60,7 @@ def run_messaging_command(settings: Settings, args: argparse.Namespace) -> int:
     port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
     pause = float(os.environ.get(TEST_PAUSE_VARIABLE, "0"))
     with process_tracing(role_name, os.environ), database_endpoint(settings) as dsn:
-        runtime = build_runtime(settings, dsn, pool_max_size=4)
+        runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=4))
         metrics = MessagingMetrics.register(runtime.registry)
         role: Role = (
             build_relay(runtime, metrics, pause_before_progress_seconds=pause)

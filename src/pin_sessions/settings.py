@@ -106,6 +106,14 @@ class ActivityRetentionSettings(_Group):
     age: PositiveDuration = timedelta(days=365)
 
 
+class DatabaseSettings(_Group):
+    """SPEC §9: the bounds of every database call the API makes (jobs keep their own budgets)."""
+
+    statement_timeout: PositiveDuration = timedelta(seconds=5)
+    acquire_timeout: PositiveDuration = timedelta(seconds=2)
+    pool_max: Annotated[int, Field(gt=0)] = 10
+
+
 class HttpSettings(_Group):
     max_body_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
 
@@ -165,6 +173,7 @@ class Settings(BaseSettings):
     session_retention: SessionRetentionSettings = SessionRetentionSettings()
     activity_closer: ActivityCloserSettings = ActivityCloserSettings()
     activity_retention: ActivityRetentionSettings = ActivityRetentionSettings()
+    database: DatabaseSettings = DatabaseSettings()
     http: HttpSettings = HttpSettings()
 
     @property

@@ -3,6 +3,14 @@
 Operations open the transaction (``async with db.transaction() as conn``) and pass
 ``conn`` to repositories, which run their statements on it and never commit.
 Driver errors are translated at this boundary into :mod:`pin_sessions.platform.errors`.
+
+A pool may be *bounded* (SPEC §9, what the API uses): getting a connection waits at
+most ``acquire_timeout``; every statement runs under PostgreSQL's ``statement_timeout``
+and, should the server not answer at all (a frozen host, a stopped postmaster), under a
+client-side timeout a little longer. Past either bound the caller gets
+:class:`~pin_sessions.platform.errors.ServiceUnavailable` at once, and a connection whose
+statement the client gave up on is closed rather than returned to the pool, since its
+state is unknown and waiting for its cancellation could take as long as the stall.
 """
 
 from __future__ import annotations
@@ -10,6 +18,9 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
@@ -25,23 +36,53 @@ else:
     Connection = asyncpg.Connection
 
 
+# How much longer than PostgreSQL's own statement_timeout the client waits for an answer:
+# a live server cancels the statement itself (and keeps the connection usable); only a
+# server that answers nothing at all reaches the client-side bound.
+CLIENT_TIMEOUT_GRACE = timedelta(seconds=1)
+
+# NaN and the infinities are not JSON: PostgreSQL would refuse them (and echo the value in
+# its log), so they must never be encoded in the first place.
+_encode_json = partial(json.dumps, allow_nan=False)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How long one database call may take (SPEC §9)."""
+
+    statement_timeout: timedelta
+    acquire_timeout: timedelta
+
+
 async def _init_connection(conn: Connection) -> None:
     # jsonb travels as Python objects; every timestamp is read back in UTC.
-    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
-    await conn.set_type_codec("json", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    for type_name in ("jsonb", "json"):
+        await conn.set_type_codec(
+            type_name, encoder=_encode_json, decoder=json.loads, schema="pg_catalog"
+        )
 
 
 async def create_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10
+    dsn: str, *, min_size: int = 1, max_size: int = 10, bounds: Bounds | None = None
 ) -> asyncpg.Pool[asyncpg.Record]:
     """Open a pool whose sessions run in UTC and decode json/jsonb to Python objects."""
+    server_settings = {"timezone": "UTC", "application_name": "pin-sessions"}
+    command_timeout = None
+    if bounds is not None:
+        server_settings["statement_timeout"] = _milliseconds(bounds.statement_timeout)
+        command_timeout = (bounds.statement_timeout + CLIENT_TIMEOUT_GRACE).total_seconds()
     return await asyncpg.create_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         init=_init_connection,
-        server_settings={"timezone": "UTC", "application_name": "pin-sessions"},
+        command_timeout=command_timeout,
+        server_settings=server_settings,
     )
+
+
+def _milliseconds(duration: timedelta) -> str:
+    return str(max(int(duration.total_seconds() * 1000), 1))
 
 
 class Database:
@@ -51,15 +92,19 @@ class Database:
     event loop (the API's lifespan, a worker's ``main``).
     """
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(
+        self, dsn: str, *, min_size: int = 1, max_size: int = 10, bounds: Bounds | None = None
+    ) -> None:
         self._dsn = dsn
         self._sizes = (min_size, max_size)
+        self._bounds = bounds
+        self._acquire_timeout = None if bounds is None else bounds.acquire_timeout.total_seconds()
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
 
     async def open(self) -> None:
         if self._pool is None:
             self._pool = await create_pool(
-                self._dsn, min_size=self._sizes[0], max_size=self._sizes[1]
+                self._dsn, min_size=self._sizes[0], max_size=self._sizes[1], bounds=self._bounds
             )
 
     @property
@@ -76,15 +121,18 @@ class Database:
     async def transaction(self) -> AsyncIterator[Connection]:
         """One connection, one transaction: committed on normal exit, rolled back on error."""
         with translate_driver_errors():
-            async with self.pool.acquire() as conn, conn.transaction():
-                yield conn
+            async with self.pool.acquire(timeout=self._acquire_timeout) as conn:
+                with _closed_when_abandoned(conn):
+                    async with conn.transaction():
+                        yield conn
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
         """A connection in autocommit mode, for single statements that are their own transaction."""
         with translate_driver_errors():
-            async with self.pool.acquire() as conn:
-                yield conn
+            async with self.pool.acquire(timeout=self._acquire_timeout) as conn:
+                with _closed_when_abandoned(conn):
+                    yield conn
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -93,10 +141,30 @@ class Database:
 
 
 @contextmanager
+def _closed_when_abandoned(conn: Connection) -> Iterator[None]:
+    """Close a connection whose statement the client stopped waiting for.
+
+    Its server may still be running the statement, or be unreachable: returning it to the
+    pool would make the release wait for a cancellation that may never be acknowledged.
+    """
+    try:
+        yield
+    except TimeoutError:
+        conn.terminate()
+        raise
+
+
+@contextmanager
 def translate_driver_errors() -> Iterator[None]:
     """Map asyncpg failures to our error types, keeping the constraint name."""
     try:
         yield
+    except TimeoutError as exc:
+        # No connection within acquire_timeout, or no answer within the client-side bound.
+        raise ServiceUnavailable("the database did not answer in time") from exc
+    except asyncpg.QueryCanceledError as exc:
+        # statement_timeout: the server gave up on a statement that ran too long.
+        raise ServiceUnavailable("the database did not answer in time") from exc
     except asyncpg.UniqueViolationError as exc:
         raise UniqueViolation(exc.constraint_name) from exc
     except (asyncpg.UntranslatableCharacterError, asyncpg.CharacterNotInRepertoireError) as exc:

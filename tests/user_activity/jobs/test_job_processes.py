@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from pin_sessions.platform.database import Database
 from pin_sessions.platform.devices import DeviceType
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
@@ -87,10 +88,17 @@ async def test_two_closer_processes_and_link_force_close_end_every_session_exact
 
         async def link(anonymous_id: uuid.UUID) -> bool:
             now = datetime.now(UTC)
-            outcome = await operations.link(runtime.database, anonymous_id, user_b, DESKTOP, now)
+            outcome = await operations.link(linker, anonymous_id, user_b, DESKTOP, now)
             return outcome.switched
 
-        switched = await asyncio.gather(*(link(device) for device in linked_devices))
+        # Every link waits for the closers' row locks at once: a pool without the API's
+        # acquire bound, which would turn this deliberate pile-up into 503s.
+        linker = Database(database_url, max_size=10)
+        await linker.open()
+        try:
+            switched = await asyncio.gather(*(link(device) for device in linked_devices))
+        finally:
+            await linker.close()
         outputs = [await communicate(process) for process in processes]
     finally:
         await gate.close()

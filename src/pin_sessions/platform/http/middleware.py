@@ -1,20 +1,28 @@
-"""Per-request context: request id, one log line, metrics, and the body size limit.
+"""Per-request context: request id, one log line, metrics, the body limit, and the last word.
 
 A pure ASGI middleware (no ``BaseHTTPMiddleware``) so the heartbeat path pays for
-nothing it does not use.
+nothing it does not use. It is the outermost layer of ours, so it is also where an
+exception no handler knew ends: logged once and answered with a 500 problem, instead
+of escaping to the server, which would log it a second time and drop the keep-alive
+connection. A request whose client went away is cancelled (see ``receiving``) and
+recorded with status 499, nginx's "client closed request".
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
 import time
 from collections.abc import Iterable
 
 import structlog
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pin_sessions.platform.errors import PayloadTooLarge
+from pin_sessions.platform.errors import AppError
+from pin_sessions.platform.http.problems import problem_response
+from pin_sessions.platform.http.receiving import RequestReader
 from pin_sessions.platform.logging import mask_ip
 from pin_sessions.platform.metrics import HttpMetrics
 
@@ -23,6 +31,7 @@ log = structlog.get_logger("pin_sessions.http")
 REQUEST_ID_HEADER = b"x-request-id"
 _CLIENT_REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 _QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+CLIENT_CLOSED_REQUEST = 499
 
 
 class RequestContextMiddleware:
@@ -48,43 +57,35 @@ class RequestContextMiddleware:
         structlog.contextvars.bind_contextvars(requestId=request_id)
         started = time.perf_counter()
         status = 500
+        reader = RequestReader(scope, receive, max_body_bytes=self.max_body_bytes)
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
+                reader.responding()
                 status = message["status"]
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (REQUEST_ID_HEADER, request_id.encode())]
             await send(message)
 
+        reader.start()
         try:
-            await self.app(scope, self._limited(scope, receive), send_with_id)
+            await self.app(scope, reader.receive, send_with_id)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not (reader.cancelled_the_request and task is not None and task.uncancel() == 0):
+                raise
+            # Nobody is waiting for the answer: its work, a query included, is abandoned.
+            status = CLIENT_CLOSED_REQUEST
+        except Exception as exc:
+            log.exception("unhandled error", errorType=type(exc).__name__)
+            if not reader.response_started:
+                response = problem_response(Request(scope), AppError)
+                await response(scope, reader.receive, send_with_id)
         finally:
+            reader.stop()
             self._record(scope, status, time.perf_counter() - started)
             structlog.contextvars.unbind_contextvars("requestId")
-
-    def _limited(self, scope: Scope, receive: Receive) -> Receive:
-        """Refuse bodies over the limit, declared (Content-Length) or streamed (chunked)."""
-        limit = self.max_body_bytes
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-
-                async def refuse() -> Message:
-                    raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-
-                return refuse
-        seen = 0
-
-        async def counting() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-            return message
-
-        return counting
 
     def _record(self, scope: Scope, status: int, elapsed: float) -> None:
         route = scope.get("route")

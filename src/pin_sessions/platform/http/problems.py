@@ -86,13 +86,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request, AppError, status=exc.status_code, detail=str(exc.detail))
 
 
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error", errorType=type(exc).__name__)
-    return problem_response(request, AppError)
-
-
 def install_problem_handlers(app: FastAPI) -> None:
+    """Our errors, validation and routing failures; anything else ends in the request context."""
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,96 @@
+"""Reading a request on the app's behalf: the body limit, and cancelling work nobody awaits.
+
+The server's ``receive`` is read by a :class:`RequestReader` from the moment a request
+arrives, not only when the app asks for its body: body chunks are handed to the app in
+order, and the ``http.disconnect`` that follows them (the client closed its connection)
+cancels the request's task while no response has started. So a client that gives up
+also stops its query (SPEC §9): asyncpg answers a cancelled statement with a cancel
+request to the server.
+
+Bodies are bounded: a declared ``Content-Length`` over the limit is refused before a
+byte is read, a streamed body as soon as it crosses the limit; either way the app's
+``receive`` raises :class:`~pin_sessions.platform.errors.PayloadTooLarge`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from starlette.types import Message, Receive, Scope
+
+from pin_sessions.platform.errors import PayloadTooLarge
+
+DISCONNECT: Message = {"type": "http.disconnect"}
+
+
+class RequestReader:
+    """Reads one request's messages ahead of the app, within the body limit."""
+
+    def __init__(self, scope: Scope, receive: Receive, *, max_body_bytes: int) -> None:
+        self._receive = receive
+        self._limit = max_body_bytes
+        self._chunks: deque[Message] = deque()
+        self._arrived = asyncio.Event()
+        self._too_large = _declared_length(scope) > max_body_bytes
+        self._task = asyncio.current_task()
+        self._responding = False
+        self.disconnected = False
+        self._reader: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if not self._too_large:
+            self._reader = asyncio.create_task(self._read(), name="request-reader")
+
+    def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+
+    def responding(self) -> None:
+        """The response has begun: from now on a disconnect cancels nothing."""
+        self._responding = True
+
+    @property
+    def response_started(self) -> bool:
+        return self._responding
+
+    @property
+    def cancelled_the_request(self) -> bool:
+        return self.disconnected and not self._responding
+
+    async def receive(self) -> Message:
+        """The app's ``receive``: body chunks in order, then ``http.disconnect``."""
+        while not self._chunks:
+            if self._too_large:
+                raise PayloadTooLarge(f"request body exceeds {self._limit} bytes")
+            if self.disconnected:
+                return DISCONNECT
+            self._arrived.clear()
+            await self._arrived.wait()
+        return self._chunks.popleft()
+
+    async def _read(self) -> None:
+        seen = 0
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                self._arrived.set()
+                if not self._responding and self._task is not None:
+                    self._task.cancel()
+                return
+            seen += len(message.get("body", b""))
+            if seen > self._limit:
+                # Stop reading: the rest of an oversized body is never buffered.
+                self._too_large = True
+                self._arrived.set()
+                return
+            self._chunks.append(message)
+            self._arrived.set()
+
+
+def _declared_length(scope: Scope) -> int:
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit():
+            return int(value)
+    return 0
