@@ -10,6 +10,11 @@ from pin_sessions.dev_stats.errors import SummaryPeriodInvalid
 
 DEFAULT_PERIOD_DAYS = 30
 MAX_PERIOD_DAYS = 366
+# SPEC §9: a date that reaches SQL lies in 2000-01-01 … today + 1 day. Outside it there are
+# no sessions to count, and the driver turns date.min/date.max into ±infinity, which would
+# make the by-day series endless.
+EARLIEST_DAY = date(2000, 1, 1)
+DAYS_AHEAD = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -38,12 +43,17 @@ class Period:
 
 
 def parse_period(raw_from: str | None, raw_to: str | None, *, today: date) -> Period:
-    """``from``/``to`` as ``YYYY-MM-DD``; missing ``to`` is today, missing ``from`` 30 days back."""
-    last = _day("to", raw_to) if raw_to is not None else today
+    """``from``/``to`` as ``YYYY-MM-DD``; missing ``to`` is today, missing ``from`` 30 days back.
+
+    Both days must lie in ``EARLIEST_DAY`` … ``today + DAYS_AHEAD``, checked before any
+    arithmetic on them, so no input can overflow a date or reach SQL as ±infinity.
+    """
+    latest = today + DAYS_AHEAD
+    last = _day("to", raw_to, latest=latest) if raw_to is not None else today
     first = (
-        _day("from", raw_from)
+        _day("from", raw_from, latest=latest)
         if raw_from is not None
-        else last - timedelta(days=DEFAULT_PERIOD_DAYS - 1)
+        else max(last - timedelta(days=DEFAULT_PERIOD_DAYS - 1), EARLIEST_DAY)
     )
     if first > last:
         raise SummaryPeriodInvalid("'from' must not be after 'to'")
@@ -53,8 +63,13 @@ def parse_period(raw_from: str | None, raw_to: str | None, *, today: date) -> Pe
     return period
 
 
-def _day(name: str, raw: str) -> date:
+def _day(name: str, raw: str, *, latest: date) -> date:
     try:
-        return date.fromisoformat(raw)
+        day = date.fromisoformat(raw)
     except ValueError:
         raise SummaryPeriodInvalid(f"'{name}' must be a date such as 2026-11-29") from None
+    if not EARLIEST_DAY <= day <= latest:
+        raise SummaryPeriodInvalid(
+            f"'{name}' must lie between {EARLIEST_DAY.isoformat()} and {latest.isoformat()}"
+        )
+    return day

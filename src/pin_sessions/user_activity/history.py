@@ -12,7 +12,7 @@ import binascii
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pin_sessions.platform.database import Connection, Database
@@ -24,6 +24,10 @@ DEFAULT_PAGE_SIZE = 20
 MAX_PAGE_SIZE = 100
 # Children shown per session in a page; the page stays bounded whatever a session holds.
 CHILDREN_PER_SESSION = 50
+# SPEC §9: a time that reaches SQL lies in 2000-01-01 … now + 1 day. A cursor is ours, but
+# it travels through the client: one near datetime.min or .max would overflow the driver.
+EARLIEST_CURSOR = datetime(2000, 1, 1, tzinfo=UTC)
+CURSOR_AHEAD = timedelta(days=1)
 
 
 def page_size(text: str | None) -> int:
@@ -47,14 +51,19 @@ class Cursor:
         return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
     @classmethod
-    def decode(cls, token: str) -> Cursor:
+    def decode(cls, token: str, *, now: datetime) -> Cursor:
+        """A cursor this service issued; anything else, or a time out of range, is a 400."""
         try:
             padded = token + "=" * (-len(token) % 4)
             created_at, session_id = base64.urlsafe_b64decode(padded).decode().split("|")
             cursor = cls(datetime.fromisoformat(created_at), uuid.UUID(session_id))
         except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
             raise CursorInvalid() from exc
-        if cursor.created_at.tzinfo is None:
+        if cursor.created_at.tzinfo is None or not (
+            # Compared as UTC offsets from the bounds, never converted: that could overflow.
+            cursor.created_at - EARLIEST_CURSOR >= timedelta(0)
+            and now + CURSOR_AHEAD - cursor.created_at >= timedelta(0)
+        ):
             raise CursorInvalid()
         return cursor
 
@@ -66,17 +75,17 @@ class HistoryPage:
 
 
 async def device_history(
-    db: Database, anonymous_id: uuid.UUID, *, limit: int, cursor: str | None
+    db: Database, anonymous_id: uuid.UUID, *, limit: int, cursor: str | None, now: datetime
 ) -> HistoryPage:
     """A guest's own device: only its sessions no user has been linked to."""
-    return await _page(db, sql.SELECT_DEVICE_HISTORY, anonymous_id, limit, cursor)
+    return await _page(db, sql.SELECT_DEVICE_HISTORY, anonymous_id, limit, cursor, now)
 
 
 async def user_history(
-    db: Database, user_id: uuid.UUID, *, limit: int, cursor: str | None
+    db: Database, user_id: uuid.UUID, *, limit: int, cursor: str | None, now: datetime
 ) -> HistoryPage:
     """Every session linked to ``user_id``, with what happened before the sign-in too."""
-    return await _page(db, sql.SELECT_USER_HISTORY, user_id, limit, cursor)
+    return await _page(db, sql.SELECT_USER_HISTORY, user_id, limit, cursor, now)
 
 
 async def device_link(db: Database, anonymous_id: uuid.UUID) -> dict[str, Any]:
@@ -93,9 +102,14 @@ async def device_link(db: Database, anonymous_id: uuid.UUID) -> dict[str, Any]:
 
 
 async def _page(
-    db: Database, statement: str, owner: uuid.UUID, limit: int, cursor: str | None
+    db: Database,
+    statement: str,
+    owner: uuid.UUID,
+    limit: int,
+    cursor: str | None,
+    now: datetime,
 ) -> HistoryPage:
-    after = Cursor.decode(cursor) if cursor else None
+    after = Cursor.decode(cursor, now=now) if cursor else None
     async with db.connection() as conn:
         rows = await conn.fetch(
             statement,

@@ -203,14 +203,14 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
         """A user's own sessions, or a guest's own device's unlinked sessions."""
         if user is not None:
             page = await history.user_history(
-                db, user.user_id, limit=history.page_size(limit), cursor=cursor
+                db, user.user_id, limit=history.page_size(limit), cursor=cursor, now=clock.now()
             )
         else:
             anonymous_id = await optional_anonymous_id(request)
             if anonymous_id is None:
                 raise AuthenticationRequired("a Bearer token or X-Anonymous-Id is required")
             page = await history.device_history(
-                db, anonymous_id, limit=history.page_size(limit), cursor=cursor
+                db, anonymous_id, limit=history.page_size(limit), cursor=cursor, now=clock.now()
             )
         return _history(page)
 
@@ -282,7 +282,9 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
         """Any user's history, for holders of ``user-activity.history.view-by-user``."""
         del manager
         return _history(
-            await history.user_history(db, user_id, limit=history.page_size(limit), cursor=cursor)
+            await history.user_history(
+                db, user_id, limit=history.page_size(limit), cursor=cursor, now=clock.now()
+            )
         )
 
     return router
@@ -290,7 +292,7 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
 
 def _internal_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
     router = APIRouter(prefix="/internal", tags=["user-activity internal"])
-    db = runtime.database
+    db, clock = runtime.database, runtime.clock
     Internal = Depends(authenticator.machine(INTERNAL_SCOPE))
     InternalOrAdmin = Depends(authenticator.machine(INTERNAL_SCOPE, ADMIN_SCOPE))
 
@@ -309,7 +311,9 @@ def _internal_router(runtime: Runtime, authenticator: Authenticator) -> APIRoute
     ) -> History:
         """A user's history for services (crm) and platform administrators."""
         return _history(
-            await history.user_history(db, user_id, limit=history.page_size(limit), cursor=cursor)
+            await history.user_history(
+                db, user_id, limit=history.page_size(limit), cursor=cursor, now=clock.now()
+            )
         )
 
     return router

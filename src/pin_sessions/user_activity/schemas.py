@@ -54,7 +54,14 @@ class ActionRequest(_Request):
     @field_validator("data")
     @classmethod
     def _bounded(cls, value: Any) -> Any:
-        encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        try:
+            # Python's JSON reader takes NaN, Infinity and 1e400 (a float overflowing to
+            # infinity); JSON and jsonb have no such numbers.
+            encoded = json.dumps(
+                value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            ).encode()
+        except ValueError:
+            raise ValueError("data must hold finite numbers only") from None
         if not action_data_fits(encoded):
             raise ValueError(f"data must be at most {ACTION_DATA_MAX_BYTES} bytes of JSON")
         if has_nul_character(value):
