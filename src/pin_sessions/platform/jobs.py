@@ -4,7 +4,8 @@ A job is an object with ``run_once(now, run)``: one pass over its work that retu
 result object. :class:`PollingWorker` turns it into a long-lived role:
 
 * reads the injected clock only at the loop edges: ``now`` is fixed when a run starts
-  and handed to the job, which decides with it and never reads a clock itself;
+  and handed to the job, which decides with it; a job that stamps what each of its
+  batches did (the closer's ``EndedAt``) reads ``run.now()`` at that batch's edge;
 * opens one OpenTelemetry span per run carrying ``jobRunId``, binds ``jobRunId`` to
   every log line of the run, and logs ``job started`` / ``job completed``;
 * survives a failed run: the exception is logged (``job failed``) and counted, and the
@@ -62,11 +63,12 @@ ResultV = TypeVar("ResultV", bound=JobResult)
 
 @dataclass(frozen=True)
 class JobRun:
-    """One run as the job sees it: its id, the stop signal, a tracer and a stopwatch."""
+    """One run as the job sees it: its id, the stop signal, a tracer, the clock, a stopwatch."""
 
     id: uuid.UUID
     stop: asyncio.Event
     tracer: Tracer
+    clock: Clock
     # Durations come from the monotonic clock: they measure, they decide nothing about
     # domain time, and the wall clock may jump.
     started: float = field(default_factory=time.monotonic)
@@ -74,6 +76,10 @@ class JobRun:
     @property
     def stopping(self) -> bool:
         return self.stop.is_set()
+
+    def now(self) -> datetime:
+        """The injected clock, read at a batch's edge; decisions keep the run's ``now``."""
+        return self.clock.now()
 
     def elapsed(self) -> timedelta:
         return timedelta(seconds=time.monotonic() - self.started)
@@ -144,7 +150,7 @@ class PollingWorker(Generic[ResultV]):
 
     async def run_pass(self, stop: asyncio.Event) -> ResultV | None:
         """One run of the job; ``None`` when it raised (logged and counted, not re-raised)."""
-        run = JobRun(id=new_id(), stop=stop, tracer=self._tracer)
+        run = JobRun(id=new_id(), stop=stop, tracer=self._tracer, clock=self._clock)
         now = self._clock.now()
         with (
             structlog.contextvars.bound_contextvars(jobRunId=str(run.id)),

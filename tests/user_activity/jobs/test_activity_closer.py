@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
+from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from tests.user_activity.conftest import outbox
@@ -236,3 +238,39 @@ async def test_stop_during_a_run_lets_the_running_batch_commit_and_starts_no_oth
     assert result.closed % 20 == 0, "every started batch ran to its end"
     assert result.backlog_remaining == 2000 - result.closed
     assert len(await outbox(runtime, "pin.user-activity.session-ended")) == result.closed
+
+
+class _TickingClock(FixedClock):
+    """Each reading is one minute after the previous one: a run that takes time."""
+
+    def now(self) -> datetime:
+        instant = super().now()
+        self.advance(MINUTE)
+        return instant
+
+
+async def test_each_batch_stamps_the_sessions_it_closes_with_its_own_time(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    clock = _TickingClock(runtime.clock.now())
+    started = clock.now()
+    async with runtime.database.connection() as conn:
+        await insert_sessions(
+            conn, count=3, created_at=started - HOUR, last_activity_at=started - 2 * THRESHOLD
+        )
+    timed = replace(runtime, clock=clock)
+
+    result = await close_once(timed, registry, batch_size=1)
+
+    assert (result.closed, result.batches) == (3, 4)
+    async with runtime.database.connection() as conn:
+        ended = await conn.fetch("select ended_at from user_activity.sessions order by ended_at")
+        event_times = await conn.fetch(
+            "select created_at from messaging.outbox "
+            "where event_type = 'pin.user-activity.session-ended' order by created_at"
+        )
+    # Three batches, three instants, every one after the run began (SPEC §6).
+    stamps = [row["ended_at"] for row in ended]
+    assert len(set(stamps)) == 3
+    assert all(stamp > started for stamp in stamps)
+    assert [row["created_at"] for row in event_times] == stamps

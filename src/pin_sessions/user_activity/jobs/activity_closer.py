@@ -1,7 +1,9 @@
 """ActivityCloserJob (seed 004): close Active sessions idle for over InactivityThreshold.
 
 One phase, ``close``, deciding with the ``now`` fixed when the run started: a session is
-idle when ``last_activity_at < now - inactivity_threshold``. The run works in batches,
+idle when ``last_activity_at < now - inactivity_threshold``. What a batch writes is
+stamped with the time of that batch (SPEC §6): ``EndedAt`` and the events' ``CreatedAt``
+say when the session was really closed, not when a long run began. The run works in batches,
 each one transaction that claims at most ``batch_size`` idle sessions through
 ``ix_sessions_active_last_activity`` with ``FOR UPDATE SKIP LOCKED`` and hands them to
 :func:`~pin_sessions.user_activity.closing.close_sessions`, the one close operation that
@@ -150,7 +152,7 @@ class ActivityCloserJob:
             span.set_attribute("phase", PHASE)
             try:
                 while not run.stopping:
-                    claimed = await self._close_batch(now, idle_before, result)
+                    claimed = await self._close_batch(run.now(), idle_before, result)
                     # Less than a full batch: every other idle session is held by another
                     # closer or a linker, which will end it.
                     if claimed < self.options.batch_size:
@@ -178,14 +180,14 @@ class ActivityCloserJob:
         return result
 
     async def _close_batch(
-        self, now: datetime, idle_before: datetime, result: ActivityCloserResult
+        self, ended_at: datetime, idle_before: datetime, result: ActivityCloserResult
     ) -> int:
-        """One transaction: claim a batch, close it; returns how many sessions it claimed."""
+        """One transaction: claim a batch, close it at ``ended_at``; returns how many it claimed."""
         started = time.monotonic()
         async with self.database.transaction() as conn:
             rows = await conn.fetch(CLAIM_IDLE_SESSIONS, idle_before, self.options.batch_size)
             closed = await close_sessions(
-                conn, [row["id"] for row in rows], now=now, idle_before=idle_before
+                conn, [row["id"] for row in rows], now=ended_at, idle_before=idle_before
             )
         # Counted only once committed: a rolled-back batch closed nothing.
         result.batches += 1
