@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 
 import asyncpg
@@ -13,7 +14,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
+from pin_sessions.identity.jobs.expire_sessions import ExpireSessionsJob
 from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.database import Database
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.runtime import Runtime
 from tests.conftest import LogCapture
@@ -249,8 +252,8 @@ async def test_max_run_duration_cuts_the_run_between_chunks_and_reports_the_rest
     assert registry.get_sample_value(BACKLOG) == 400
 
 
-async def test_a_run_that_does_not_count_both_phases_leaves_the_backlog_gauge_as_it_was(
-    runtime: Runtime, registry: CollectorRegistry
+async def test_a_run_stopped_before_its_phases_still_reports_their_backlog(
+    runtime: Runtime, registry: CollectorRegistry, captured_logs: LogCapture
 ) -> None:
     now = runtime.clock.now()
     async with runtime.database.connection() as conn:
@@ -265,9 +268,38 @@ async def test_a_run_that_does_not_count_both_phases_leaves_the_backlog_gauge_as
 
     skipped = await worker.run_pass(stop)
 
-    # Both phases skipped: no count, so no "backlog 0" that would hide the 200 rows.
-    assert skipped is not None and skipped.counted_backlog is None
+    # Both phases skipped, yet what they left is counted: 200 rows, not "0 left".
+    assert skipped is not None
+    assert (skipped.refresh.skipped, skipped.sicr.skipped) == (True, True)
+    assert skipped.to_json()["backlogRemaining"] == 200
     assert registry.get_sample_value(BACKLOG) == 200
+    completed = [
+        event
+        for event in map(json.loads, captured_logs.lines())
+        if event.get("jobRunId") == str(skipped.job_run_id) and event["event"] == "job completed"
+    ]
+    assert [event["backlogRemaining"] for event in completed] == [200]
+
+
+async def test_a_run_that_cannot_count_its_backlog_reports_it_unknown_and_keeps_the_gauge(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    registry_gauge_before = 7.0
+    # Nothing listens there: every phase fails before it can count anything.
+    unreachable = Database("postgresql://postgres@127.0.0.1:9/nowhere", min_size=0)
+    await unreachable.open()
+    worker = expire_sessions_worker(replace(runtime, database=unreachable), registry)
+    assert isinstance(worker.job, ExpireSessionsJob)
+    worker.job.metrics.backlog.set(registry_gauge_before)
+    try:
+        result = await worker.run_pass(asyncio.Event())
+    finally:
+        await unreachable.close()
+
+    assert result is not None and (result.refresh.failed, result.sicr.failed) == (True, True)
+    # Unknown, not zero: half a sum (or none) would look like a shrinking backlog.
+    assert result.to_json()["backlogRemaining"] is None
+    assert registry.get_sample_value(BACKLOG) == registry_gauge_before
 
 
 async def test_one_run_logs_the_seed_events_under_its_job_run_id(

@@ -17,10 +17,13 @@ phase gets at least one chunk per run, so a huge refresh backlog cannot starve S
 A failed phase (lock timeout, lost connection, ...) is logged and counted; the other
 phase still runs and the run completes.
 
-Seed 000's metrics are single series, without a phase label. The backlog gauge is set at
-the end of a run to the rows left over both phases, and only when both were counted: a
-phase skipped by a stop, or failed before its count, leaves the gauge at the last full
-measurement, since half a sum would look like a shrinking backlog. Every phase span
+Seed 000's metrics are single series, without a phase label. A run ends by counting what
+is left: a phase that was skipped by a stop or failed is counted afresh then (a cheap
+index count), so ``backlogRemaining`` and the backlog gauge always cover both phases.
+Should even that count fail (the database is gone), a failed phase falls back to its
+backlog minus what it expired, and a phase never counted makes the run's total unknown:
+``backlogRemaining`` is null and the gauge keeps the last full measurement, since half a
+sum would look like a shrinking backlog. Every phase span
 carries the run's ``jobRunId``; the run span itself (opened by the worker) gets the
 run's ``expiredCount``, both phases together.
 """
@@ -206,11 +209,7 @@ class ExpireSessionsResult:
         return not (self.refresh.failed or self.sicr.failed)
 
     @property
-    def backlog_remaining(self) -> int:
-        return sum(outcome.remaining or 0 for outcome in (self.refresh, self.sicr))
-
-    @property
-    def counted_backlog(self) -> int | None:
+    def backlog_remaining(self) -> int | None:
         """The rows left over both phases; None unless both were counted."""
         if self.refresh.remaining is None or self.sicr.remaining is None:
             return None
@@ -248,12 +247,16 @@ class ExpireSessionsJob:
                 outcomes[phase.name] = PhaseOutcome(phase.name, skipped=True)
                 continue
             outcomes[phase.name] = await self._run_phase(phase, now, run)
+        for phase in PHASES:
+            outcome = outcomes[phase.name]
+            if outcome.skipped or outcome.failed:
+                await self._recount(phase, now, outcome)
         result = ExpireSessionsResult(
             run.id, outcomes[REFRESH], outcomes[SICR], duration_ms=run.elapsed_ms()
         )
         self.metrics.run_duration_ms.observe(result.duration_ms)
-        if result.counted_backlog is not None:
-            self.metrics.backlog.set(result.counted_backlog)
+        if result.backlog_remaining is not None:
+            self.metrics.backlog.set(result.backlog_remaining)
         # The worker's run span is the current one here: SPEC §7 wants the count on it.
         trace.get_current_span().set_attribute("expiredCount", result.expired)
         return result
@@ -290,6 +293,16 @@ class ExpireSessionsJob:
                 log.info("phase done", phase=phase.name, expiredCount=outcome.expired)
             span.set_attribute("expiredCount", outcome.expired)
         return outcome
+
+    async def _recount(self, phase: ExpiryPhase, now: datetime, outcome: PhaseOutcome) -> None:
+        """What a skipped or failed phase left; its estimate (if any) stays when this fails."""
+        try:
+            async with self.database.connection() as conn:
+                outcome.remaining = await conn.fetchval(phase.count_sql, now)
+        except Exception as exc:
+            log.warning(
+                "backlog not counted", phase=phase.name, exception=f"{type(exc).__name__}: {exc}"
+            )
 
     async def _expire_in_chunks(
         self,
