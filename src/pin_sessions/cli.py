@@ -22,6 +22,7 @@ from pin_sessions.bootstrap import (
     build_identity_operations,
     build_runtime,
     database_endpoint,
+    open_database_endpoint,
 )
 from pin_sessions.cli_jobs import add_job_parser, run_job_command
 from pin_sessions.cli_messaging import add_messaging_parsers, run_messaging_command
@@ -29,7 +30,7 @@ from pin_sessions.identity.domain import E164_PATTERN, PERMISSION_PATTERN
 from pin_sessions.identity.errors import UnknownPhoneNumber
 from pin_sessions.platform.auth import TokenCodec
 from pin_sessions.platform.clock import SystemClock
-from pin_sessions.platform.embedded import DataDirBusy, DataDirLock
+from pin_sessions.platform.embedded import DatabaseLost, DataDirBusy, DataDirLock, PostmasterWatch
 from pin_sessions.platform.logging import configure_logging
 from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.process import Role, install_stop_signals, run_roles
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _token_m2m(settings, args.client, args.scope)
         if args.command == "users":
             return _users(settings, args.users_action, args.phone, args.permission)
-    except DataDirBusy as exc:
+    except (DataDirBusy, DatabaseLost) as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     raise AssertionError(f"unhandled command {args.command}")
@@ -143,14 +144,17 @@ def _with_up_defaults(settings: Settings) -> Settings:
 
 
 def _up(settings: Settings, host: str, port: int) -> int:
-    with DataDirLock(settings.data_dir), database_endpoint(settings) as dsn:
-        runtime = build_runtime(settings, dsn)
-        asyncio.run(_run_up(runtime, host, port))
+    with DataDirLock(settings.data_dir), open_database_endpoint(settings) as endpoint:
+        runtime = build_runtime(settings, endpoint.dsn)
+        # `up` owns an embedded server: when it dies, the watch starts it again or, failing
+        # that, raises DatabaseLost, which stops every role and exits 1.
+        watch = [] if endpoint.embedded is None else [PostmasterWatch(endpoint.embedded)]
+        asyncio.run(_run_up(runtime, host, port, watch))
     log.info("stopped")
     return 0
 
 
-async def _run_up(runtime: Runtime, host: str, port: int) -> None:
+async def _run_up(runtime: Runtime, host: str, port: int, extra_roles: Sequence[Role]) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
     await runtime.database.open()
@@ -163,6 +167,7 @@ async def _run_up(runtime: Runtime, host: str, port: int) -> None:
             _api_role(runtime, host, port),
             *(build_worker(runtime) for build_worker in JOB_WORKERS.values()),
             *build_delivery_roles(runtime),
+            *extra_roles,
         ]
         await run_roles(roles, stop, grace_seconds=STOP_GRACE_SECONDS)
     finally:
