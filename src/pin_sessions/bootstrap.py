@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -50,11 +51,21 @@ from pin_sessions.user_activity.jobs import activity_closer, activity_retention
 from pin_sessions.web.http import build_web_router
 
 
+@dataclass(frozen=True)
+class DatabaseEndpoint:
+    """Where the process's database is; ``embedded`` is None when PIN_DATABASE_URL names it."""
+
+    dsn: str
+    embedded: EmbeddedPostgres | None = None
+
+
 @contextlib.contextmanager
-def database_endpoint(settings: Settings, *, migrate_embedded: bool = True) -> Iterator[str]:
+def open_database_endpoint(
+    settings: Settings, *, migrate_embedded: bool = True
+) -> Iterator[DatabaseEndpoint]:
     """``PIN_DATABASE_URL`` when set; otherwise the embedded server, stopped on exit."""
     if settings.database_url is not None:
-        yield settings.database_url.get_secret_value()
+        yield DatabaseEndpoint(settings.database_url.get_secret_value())
         return
     embedded = EmbeddedPostgres(settings.data_dir / "pg")
     dsn = embedded.start()
@@ -63,9 +74,16 @@ def database_endpoint(settings: Settings, *, migrate_embedded: bool = True) -> I
         # to date (under the migration lock) instead of failing on a fresh data directory.
         if migrate_embedded:
             asyncio.run(_migrate_once(dsn))
-        yield dsn
+        yield DatabaseEndpoint(dsn, embedded)
     finally:
         embedded.stop()
+
+
+@contextlib.contextmanager
+def database_endpoint(settings: Settings, *, migrate_embedded: bool = True) -> Iterator[str]:
+    """The DSN of :func:`open_database_endpoint`, for the roles that only connect."""
+    with open_database_endpoint(settings, migrate_embedded=migrate_embedded) as endpoint:
+        yield endpoint.dsn
 
 
 async def _migrate_once(dsn: str) -> None:

@@ -24,6 +24,7 @@ from pin_sessions.bootstrap import (
     build_identity_operations,
     build_runtime,
     database_endpoint,
+    open_database_endpoint,
     worker_database,
 )
 from pin_sessions.cli_jobs import add_job_parser, run_job_command
@@ -32,7 +33,7 @@ from pin_sessions.identity.domain import E164_PATTERN, PERMISSION_PATTERN
 from pin_sessions.identity.errors import UnknownPhoneNumber
 from pin_sessions.platform.auth import TokenCodec
 from pin_sessions.platform.clock import SystemClock
-from pin_sessions.platform.embedded import DataDirBusy, DataDirLock
+from pin_sessions.platform.embedded import DatabaseLost, DataDirBusy, DataDirLock, PostmasterWatch
 from pin_sessions.platform.logging import configure_logging
 from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.process import Role, install_stop_signals, run_roles
@@ -134,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _token_m2m(settings, args.client, args.scope)
         if args.command == "users":
             return _users(settings, args.users_action, args.phone, args.permission)
-    except DataDirBusy as exc:
+    except (DataDirBusy, DatabaseLost) as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     raise AssertionError(f"unhandled command {args.command}")
@@ -148,19 +149,25 @@ def _with_up_defaults(settings: Settings) -> Settings:
 
 
 def _up(settings: Settings, host: str, port: int) -> int:
-    with DataDirLock(settings.data_dir), database_endpoint(settings) as dsn:
+    with DataDirLock(settings.data_dir), open_database_endpoint(settings) as endpoint:
+        dsn = endpoint.dsn
         # The workers share one pool; the API gets its own, bounded one (SPEC §9), so a
         # job's long batch never waits behind requests, nor requests behind a batch.
         runtime = build_runtime(
             settings, dsn, database=worker_database(dsn, max_size=UP_WORKERS_POOL_SIZE)
         )
         api_runtime = replace(runtime, database=api_database(settings, dsn))
-        asyncio.run(_run_up(runtime, api_runtime, host, port))
+        # `up` owns an embedded server: when it dies, the watch starts it again or, failing
+        # that, raises DatabaseLost, which stops every role and exits 1.
+        watch = [] if endpoint.embedded is None else [PostmasterWatch(endpoint.embedded)]
+        asyncio.run(_run_up(runtime, api_runtime, host, port, watch))
     log.info("stopped")
     return 0
 
 
-async def _run_up(runtime: Runtime, api_runtime: Runtime, host: str, port: int) -> None:
+async def _run_up(
+    runtime: Runtime, api_runtime: Runtime, host: str, port: int, extra_roles: Sequence[Role]
+) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
     await runtime.database.open()
@@ -173,6 +180,7 @@ async def _run_up(runtime: Runtime, api_runtime: Runtime, host: str, port: int) 
             _api_role(api_runtime, host, port),
             *(build_worker(runtime) for build_worker in JOB_WORKERS.values()),
             *build_delivery_roles(runtime),
+            *extra_roles,
         ]
         await run_roles(roles, stop, grace_seconds=STOP_GRACE_SECONDS)
     finally:

