@@ -241,10 +241,17 @@ JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker[Any]]] = {
 }
 
 
-# `pin-sessions consume NAME` runs one of these; `up` runs them all.
-CONSUMERS: dict[str, Callable[[], Handler]] = {
+def _session_ended_consumer(registry: CollectorRegistry) -> Handler:
+    """dev-stats's consumer keeps no metrics of its own beyond the runner's."""
+    del registry
+    return SessionEndedConsumer()
+
+
+# `pin-sessions consume NAME` runs one of these; `up` runs them all. Each is built once per
+# process, on the runtime's registry.
+CONSUMERS: dict[str, Callable[[CollectorRegistry], Handler]] = {
     "identity-signed-in": SignedInConsumer,
-    "dev-stats-session-ended": SessionEndedConsumer,
+    "dev-stats-session-ended": _session_ended_consumer,
 }
 
 
@@ -259,7 +266,8 @@ def build_consumer(
 
     ``pause_before_progress_seconds`` is a test-only hook (see ``PostgresBusConsumer``).
     """
-    runner = ConsumerRunner(CONSUMERS[name](), runtime.database, runtime.clock, metrics)
+    handler = CONSUMERS[name](runtime.registry)
+    runner = ConsumerRunner(handler, runtime.database, runtime.clock, metrics)
     bootstrap_servers = runtime.settings.kafka_bootstrap_servers
     if bootstrap_servers:
         return KafkaConsumer(runner, bootstrap_servers, metrics)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 import pytest
 
+from pin_sessions.identity.events import user_signed_in
 from pin_sessions.platform.auth import TokenCodec
 from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.ids import new_id
+from pin_sessions.platform.outbox import IntegrationEvent
 from pin_sessions.platform.runtime import Runtime
 from tests.support.users import SignedInUser, signed_in_user
 
@@ -59,3 +64,15 @@ async def outbox(runtime: Runtime, event_type: str | None = None) -> list[dict[s
             event_type,
         )
     return [dict(row) for row in rows]
+
+
+def sign_in_event(
+    user_id: uuid.UUID,
+    anonymous_id: uuid.UUID,
+    signed_in_at: datetime,
+    *,
+    topic: str = "pin.identity.sign-ins.v1",
+) -> IntegrationEvent:
+    """Identity's sign-in event, as it writes it, on ``topic`` (a per-test one on Kafka)."""
+    event = user_signed_in(user_id, new_id(), anonymous_id, signed_in_at)
+    return dataclasses.replace(event, topic=topic)

@@ -17,6 +17,7 @@ from tests.user_activity.conftest import UserFactory, device, outbox, sessions_o
 START = "/api/user-activity/sessions/start"
 LINK = "/api/user-activity/sessions/link"
 ACTIONS = "/api/user-activity/actions"
+VIEWS = "/api/user-activity/property-views"
 
 
 async def test_linking_an_unlinked_session_sets_the_user_and_publishes(
@@ -228,3 +229,70 @@ async def test_a_signed_in_heartbeat_that_restarts_links_the_new_session(
     assert row["user_id"] == user.user_id
     [event] = await outbox(runtime, "pin.user-activity.session-linked")
     assert event["payload"]["SessionId"] == response.json()["sessionId"]
+
+
+async def test_an_action_with_another_users_token_is_recorded_in_their_own_session(
+    http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
+) -> None:
+    """INV-SES-002: the caller is the user on the device now, linked or not yet."""
+    anonymous_id = new_id()
+    first_user, second_user = await new_user(), await new_user()
+    first = (await http.post(START, headers=device(anonymous_id, first_user))).json()
+    clock.advance(timedelta(minutes=2))
+    response = await http.post(
+        ACTIONS, headers=device(anonymous_id, second_user), json={"type": "search"}
+    )
+    assert response.status_code == 201, response.text
+    recorded = response.json()
+    assert recorded["sessionId"] != first["sessionId"]
+    closed, current = await sessions_of(runtime, anonymous_id)
+    assert (closed["status"], closed["user_id"]) == ("Inactive", first_user.user_id)
+    assert (current["status"], current["user_id"]) == ("Active", second_user.user_id)
+    assert str(current["id"]) == recorded["sessionId"]
+    async with runtime.database.connection() as conn:
+        [action] = await conn.fetch("select session_id, user_id from user_activity.action_events")
+    assert (action["session_id"], action["user_id"]) == (current["id"], second_user.user_id)
+    [ended] = await outbox(runtime, "pin.user-activity.session-ended")
+    assert ended["payload"]["SessionId"] == first["sessionId"]
+
+
+async def test_a_property_view_with_another_users_token_is_recorded_in_their_own_session(
+    http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
+) -> None:
+    anonymous_id = new_id()
+    first_user, second_user = await new_user(), await new_user()
+    first = (await http.post(START, headers=device(anonymous_id, first_user))).json()
+    clock.advance(timedelta(minutes=2))
+    response = await http.post(
+        VIEWS, headers=device(anonymous_id, second_user), json={"propertyObjectId": str(new_id())}
+    )
+    assert response.status_code == 201, response.text
+    closed, current = await sessions_of(runtime, anonymous_id)
+    assert (str(closed["id"]), closed["status"]) == (first["sessionId"], "Inactive")
+    assert (current["status"], current["user_id"]) == ("Active", second_user.user_id)
+    assert response.json()["sessionId"] == str(current["id"])
+    async with runtime.database.connection() as conn:
+        [view] = await conn.fetch(
+            "select session_id, user_id from user_activity.property_object_views"
+        )
+    assert (view["session_id"], view["user_id"]) == (current["id"], second_user.user_id)
+    assert len(await outbox(runtime, "pin.user-activity.session-ended")) == 1
+
+
+async def test_an_action_with_a_token_links_the_devices_unlinked_session(
+    http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory
+) -> None:
+    """The same as a signed-in start: the guest session becomes the caller's, not a new one."""
+    anonymous_id = new_id()
+    started = (await http.post(START, headers=device(anonymous_id))).json()
+    user = await new_user()
+    response = await http.post(ACTIONS, headers=device(anonymous_id, user), json={"type": "x"})
+    assert response.json()["sessionId"] == started["sessionId"]
+    [row] = await sessions_of(runtime, anonymous_id)
+    assert (row["status"], row["user_id"]) == ("Active", user.user_id)
+    async with runtime.database.connection() as conn:
+        assert await conn.fetchval("select user_id from user_activity.action_events") == (
+            user.user_id
+        )
+    [linked] = await outbox(runtime, "pin.user-activity.session-linked")
+    assert linked["payload"]["SessionId"] == started["sessionId"]

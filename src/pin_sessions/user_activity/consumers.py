@@ -2,7 +2,8 @@
 
 Thin by design (STYLE 12): decode, call the link operation (INV-SES-002) in the runner's
 transaction, where the first-seen row by MessageId is written too. A sign-in without an
-``AnonymousId`` concerns no device, so nothing happens.
+``AnonymousId`` concerns no device, so nothing happens. A late sign-in, older than the
+device's current session, changes nothing (SPEC §6): it is logged and counted.
 """
 
 from __future__ import annotations
@@ -10,11 +11,16 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+
 from pin_sessions.platform.database import Connection
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.user_activity.linking import link_device
 
 SIGN_INS_TOPIC = "pin.identity.sign-ins.v1"
+
+log = structlog.get_logger(__name__)
 
 
 class SignedInConsumer:
@@ -24,9 +30,32 @@ class SignedInConsumer:
     topic = SIGN_INS_TOPIC
     version = 1
 
+    def __init__(self, registry: CollectorRegistry) -> None:
+        # Counted in the handler's transaction: a batch that rolls back and is applied again
+        # message by message counts its stale sign-ins again. The counter says that late
+        # sign-ins happen and roughly how often, which is what an operator acts on.
+        self._stale = Counter(
+            "user_activity_stale_sign_ins_total",
+            "Sign-in events older than the device's current session, left without effect",
+            registry=registry,
+        )
+
     async def handle(self, conn: Connection, message: Message, now: datetime) -> None:
-        anonymous_id = message.payload.get("AnonymousId")
+        payload = message.payload
+        anonymous_id = payload.get("AnonymousId")
         if anonymous_id is None:
             return
-        user_id = uuid.UUID(message.payload["UserId"])
-        await link_device(conn, uuid.UUID(anonymous_id), user_id, now)
+        user_id = uuid.UUID(payload["UserId"])
+        signed_in_at = datetime.fromisoformat(payload["SignedInAt"])
+        outcome = await link_device(
+            conn, uuid.UUID(anonymous_id), user_id, now, signed_in_at=signed_in_at
+        )
+        if outcome is not None and outcome.stale:
+            self._stale.inc()
+            log.info(
+                "stale sign-in ignored",
+                messageId=str(message.message_id),
+                userId=str(user_id),
+                sessionId=str(outcome.session.id),
+                signedInAt=signed_in_at.isoformat(),
+            )

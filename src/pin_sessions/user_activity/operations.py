@@ -103,12 +103,29 @@ async def start_session(
     """Start or continue the device's session; a signed-in caller also links it to itself."""
     anonymous_id = anonymous_id or new_id()
     async with db.transaction() as conn:
-        started = await active_session(conn, anonymous_id, device, now, user_id=user_id)
-        if user_id is None or started.session.user_id == user_id:
-            return started
-        outcome = await link_device(conn, anonymous_id, user_id, now, device=device)
-        assert outcome is not None  # the device was given, so a session exists
-        return Started(outcome.session, created=started.created or outcome.created)
+        return await callers_session(conn, anonymous_id, user_id, device, now)
+
+
+async def callers_session(
+    conn: Connection,
+    anonymous_id: uuid.UUID,
+    user_id: uuid.UUID | None,
+    device: DeviceInfo,
+    now: datetime,
+) -> Started:
+    """The device's Active session, continued or started, and a signed-in caller's own.
+
+    A caller with a Bearer token is the user on the device now, whether or not a link
+    was made yet: an unlinked session becomes theirs, another user's is closed and a new
+    one opened for them (INV-SES-002) before anything is recorded in it, so nothing the
+    caller does is ever written under the previous user.
+    """
+    started = await active_session(conn, anonymous_id, device, now, user_id=user_id)
+    if user_id is None or started.session.user_id == user_id:
+        return started
+    outcome = await link_device(conn, anonymous_id, user_id, now, device=device)
+    assert outcome is not None  # the device was given, so a session exists
+    return Started(outcome.session, created=started.created or outcome.created)
 
 
 # Who is calling and from which device: read only when a heartbeat must start a session.
@@ -158,10 +175,10 @@ async def record_action(
     property_object_id: uuid.UUID | None,
     data: Any,
 ) -> RecordedAction:
-    """An action is activity: it extends (or restarts) the session it is recorded in."""
+    """An action is activity: it extends (or restarts) the caller's session it is recorded in."""
     action_id = new_id()
     async with db.transaction() as conn:
-        started = await active_session(conn, anonymous_id, device, now, user_id=user_id)
+        started = await callers_session(conn, anonymous_id, user_id, device, now)
         session = started.session
         await conn.execute(
             sql.INSERT_ACTION,
@@ -185,9 +202,10 @@ async def start_view(
     *,
     property_object_id: uuid.UUID,
 ) -> StartedView:
+    """A view is activity too, recorded in the caller's session like an action."""
     view_id = new_id()
     async with db.transaction() as conn:
-        started = await active_session(conn, anonymous_id, device, now, user_id=user_id)
+        started = await callers_session(conn, anonymous_id, user_id, device, now)
         session = started.session
         await conn.execute(
             sql.INSERT_VIEW, view_id, session.id, property_object_id, session.user_id, now

@@ -44,12 +44,13 @@ where id = $1 and status = 'Active' and user_id is null
 returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
 """
 
-# The session that replaces a force-closed one: same device, parsed once, new user.
+# The session that replaces a force-closed one: same device, parsed once, new user;
+# linked at $4 (a late sign-in's instant, or now), started at $5 (now).
 INSERT_SWITCHED_SESSION = """
 insert into user_activity.sessions
     (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,
      device_user_agent, device_type, device_os, device_browser, device_ip)
-select $1, anonymous_id, $3, $4, 'Active', $4, $4,
+select $1, anonymous_id, $3, $4, 'Active', $5, $5,
        device_user_agent, device_type, device_os, device_browser, device_ip
 from user_activity.sessions
 where id = $2

@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 
 from pin_sessions.bootstrap import CONSUMERS
 from pin_sessions.platform.messaging.envelope import Message
+from pin_sessions.platform.metrics import new_registry
 from tests.conftest import T0
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -84,4 +85,4 @@ def test_every_consumer_of_the_service_is_documented_on_its_topic() -> None:
         for operation in document["operations"].values()
         if operation["action"] == "receive"
     }
-    assert received == {handler().topic for handler in CONSUMERS.values()}
+    assert received == {build(new_registry()).topic for build in CONSUMERS.values()}
