@@ -1,18 +1,26 @@
-"""Heartbeat benchmark: the real API against a minimal ASGI baseline doing the same UPDATE.
+"""Heartbeat benchmark: the real API against a bare ASGI app doing the same UPDATE, under wrk.
 
-    python bench/heartbeat.py [--sessions 100000] [--duration 20] [--rounds 2]
-                              [--connections 64] [--rate 1700]
+    python bench/heartbeat.py [--sessions 100000] [--duration 8] [--rounds 2]
+                              [--connections 64] [--threads 2] [--rate 3000]
+                              [--sweep 100000,1000000,10000000]
 
-Seeds ``--sessions`` Active sessions, serves the whole API with uvicorn on loopback in a
-separate process, and drives heartbeats from another process over keep-alive HTTP/1.1
-connections, as fast as they answer, for ``--duration`` seconds; the baseline — a
-bare ASGI app running the same single ``UPDATE`` through asyncpg under the same
-uvicorn — gets the same run right after, ``--rounds`` times in turn. Last, the API at a
-fixed ``--rate`` per second, latency counted from each request's scheduled time so a
-stalled server cannot hide its queue. Prints one JSON object.
+Load comes from wrk (Debian package ``wrk``), a native load generator, so the servers'
+Python is not also paying for the client's. Seeds ``--sessions`` Active sessions (device
+``i`` has the AnonymousId ``00000000-0000-4000-8000-<i in hex>``, which
+``bench/heartbeat.lua`` computes too), serves the whole API with uvicorn in one process
+and the baseline — a bare ASGI app running the same single ``UPDATE`` through asyncpg
+under the same uvicorn — in another, and drives each with wrk's closed loop
+(``--threads``, ``--connections``, ``--duration`` seconds), alternating A B A B for
+``--rounds`` rounds so a noisy neighbour hits both. Then the API at a fixed ``--rate``
+per second, paced by the wrk script, latency counted from each request's scheduled time.
 
-PostgreSQL: ``PIN_DATABASE_URL`` when set, else an embedded server in a temporary
-directory. Server, database and load generator share this machine's cores.
+Besides requests per second it reports CPU per heartbeat: the server process's and all
+PostgreSQL processes' (user + system time over the run, from psutil), so a gain that only
+moves work into the database shows. ``--sweep`` repeats the API's closed loop and fixed
+rate at growing table sizes. Prints one JSON object.
+
+PostgreSQL: ``PIN_DATABASE_URL`` when set (its PostgreSQL processes must run on this
+machine for the CPU figures), else an embedded server in a temporary directory.
 """
 
 from __future__ import annotations
@@ -20,10 +28,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
-import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,28 +43,30 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import psutil
 
 from pin_sessions.platform.migrations import migrate
 from pin_sessions.user_activity import sql
 
 PATH = "/api/user-activity/sessions/heartbeat"
-TARGET_RATIO = 0.6
-TARGET_RPS = 2000
-TARGET_P99_MS = 50.0
+LUA_SCRIPT = Path(__file__).with_name("heartbeat.lua")
+WARMUP_SECONDS = 2
 
+# Device i's AnonymousId, as bench/heartbeat.lua computes it.
 SEED_SESSIONS = """
 insert into user_activity.sessions
     (id, anonymous_id, status, created_at, last_activity_at, device_user_agent, device_type)
-select gen_random_uuid(), md5($1 || i::text)::uuid, 'Active', now(), now(), 'bench', 'Desktop'
-from generate_series(1, $2) as i
+select gen_random_uuid(),
+       ('00000000-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid,
+       'Active', now(), now(), 'bench', 'Desktop'
+from generate_series($1::bigint, $2::bigint) as i
 """
 
-
-def anonymous_ids(seed: str, count: int) -> list[str]:
-    """The devices SEED_SESSIONS created, computed the same way PostgreSQL did."""
-    return [
-        str(uuid.UUID(hashlib.md5(f"{seed}{i}".encode()).hexdigest())) for i in range(1, count + 1)
-    ]
+WRK_MISSING = (
+    "bench/heartbeat.py drives its load with wrk, a native HTTP load generator, so that the "
+    "client's CPU does not hide the servers' cost; install it (Debian/Ubuntu: "
+    "`apt-get install wrk`) and run again."
+)
 
 
 # --- servers ---------------------------------------------------------------------------
@@ -147,89 +156,60 @@ def _run_uvicorn(uvicorn: Any, app: Any, port: int) -> None:
     )
 
 
-# --- load ------------------------------------------------------------------------------
+# --- measurement -----------------------------------------------------------------------
 
 
-async def _one_connection(
-    port: int,
-    ids: list[str],
-    latencies: list[float],
-    counts: dict[str, int],
-    stop_at: float,
-    measure_from: float,
-    schedule: Iterator[float] | None,
-) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        while True:
-            planned = next(schedule) if schedule is not None else time.perf_counter()
-            if planned >= stop_at:
-                return
-            delay = planned - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            started = time.perf_counter()
-            if schedule is None:
-                planned = started
-            writer.write(
-                (
-                    f"POST {PATH} HTTP/1.1\r\nHost: bench\r\n"
-                    f"X-Anonymous-Id: {random.choice(ids)}\r\nContent-Length: 0\r\n\r\n"
-                ).encode()
-            )
-            status = int((await reader.readline()).split()[1])
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = line.partition(b":")
-                if name.lower() == b"content-length":
-                    length = int(value)
-            await reader.readexactly(length)
-            finished = time.perf_counter()
-            if planned >= measure_from:
-                latencies.append(finished - planned)
-                counts["ok" if status == 200 else "failed"] += 1
-                counts["last"] = max(counts["last"], int((finished - measure_from) * 1e6))
-    finally:
-        writer.close()
+def _cpu_seconds(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
 
 
-async def drive(
-    port: int, ids: list[str], *, duration: float, warmup: float, connections: int, rate: float
+def _postgres_processes() -> list[psutil.Process]:
+    """The embedded server and its backends; with PIN_DATABASE_URL, every PostgreSQL here."""
+    if _POSTMASTER:
+        postmaster = psutil.Process(_POSTMASTER[0])
+        return [postmaster, *postmaster.children(recursive=True)]
+    return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres"]
+
+
+def wrk(
+    port: int, *, args: argparse.Namespace, sessions: int, seconds: float, rate: float = 0
 ) -> dict[str, Any]:
-    """Closed loop when ``rate`` is 0, else open loop at ``rate`` requests per second."""
-    latencies: list[float] = []
-    # "last": microseconds from the window's start to the last answer, so a fixed-rate run
-    # reports the rate it achieved rather than the rate it asked for.
-    counts = {"ok": 0, "failed": 0, "last": 0}
-    begin = time.perf_counter() + 0.2
-    measure_from = begin + warmup
-    stop_at = measure_from + duration
-
-    def schedule(worker: int) -> Iterator[float] | None:
-        if not rate:
-            return None
-        return (begin + index / rate for index in range(worker, 10**12, connections))
-
-    await asyncio.gather(
-        *(
-            _one_connection(port, ids, latencies, counts, stop_at, measure_from, schedule(k))
-            for k in range(connections)
-        )
-    )
-    latencies.sort()
-    return {
-        "requests": counts["ok"],
-        "failed": counts["failed"],
-        "requestsPerSecond": round(counts["ok"] / max(duration, counts["last"] / 1e6), 1),
-        "p50Ms": round(_percentile(latencies, 0.50) * 1000, 2),
-        "p99Ms": round(_percentile(latencies, 0.99) * 1000, 2),
-    }
+    """One wrk run against ``port``; its JSON line, plus CPU per request of both sides."""
+    whole_seconds = max(1, round(seconds))  # wrk takes whole seconds
+    command = [
+        "wrk", "-t", str(args.threads), "-c", str(args.connections), "-d", f"{whole_seconds}s",
+        "--timeout", "10s", "-s", str(LUA_SCRIPT), f"http://127.0.0.1:{port}",
+        "--", str(sessions), str(rate),
+    ]  # fmt: skip
+    env = {**os.environ, "PIN_BENCH_PACED": "1" if rate else "0"}
+    server = [_listener(port)]
+    postgres = _postgres_processes()
+    cpu_before = (_cpu_seconds(server), _cpu_seconds(postgres))
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    cpu_after = (_cpu_seconds(server), _cpu_seconds(postgres))
+    if result.returncode != 0:
+        raise RuntimeError(f"wrk failed: {result.stderr[-2000:]}")
+    measured: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    ok = max(measured["requests"] - measured["failed"], 1)
+    measured["serverCpuUsPerRequest"] = round((cpu_after[0] - cpu_before[0]) / ok * 1e6, 1)
+    measured["postgresCpuUsPerRequest"] = round((cpu_after[1] - cpu_before[1]) / ok * 1e6, 1)
+    for key in ("requestsPerSecond", "p50Ms", "p99Ms", "scheduledP50Ms", "scheduledP99Ms"):
+        if key in measured:
+            measured[key] = round(measured[key], 2)
+    return measured
 
 
-def _percentile(sorted_values: list[float], fraction: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * fraction))]
+_SERVER_PIDS: dict[int, int] = {}
+_POSTMASTER: list[int] = []
+
+
+def _listener(port: int) -> psutil.Process:
+    return psutil.Process(_SERVER_PIDS[port])
 
 
 # --- orchestration ---------------------------------------------------------------------
@@ -253,16 +233,22 @@ def _database() -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="pin-bench-pg-") as workdir:
         embedded = EmbeddedPostgres(Path(workdir) / "pg", delete_on_stop=True)
         try:
-            yield embedded.start()
+            dsn = embedded.start()
+            _POSTMASTER.append(int((embedded.pgdata / "postmaster.pid").read_text().split()[0]))
+            yield dsn
         finally:
             embedded.stop()
 
 
-async def _prepare(dsn: str, seed: str, sessions: int) -> None:
+async def _grow(dsn: str, have: int, want: int) -> None:
+    """Seed devices ``have + 1`` .. ``want`` (migrating first when the table is new)."""
     conn = await asyncpg.connect(dsn)
     try:
-        await migrate(conn)
-        await conn.execute(SEED_SESSIONS, seed, sessions)
+        if have == 0:
+            await migrate(conn)
+        step = 1_000_000
+        for first in range(have + 1, want + 1, step):
+            await conn.execute(SEED_SESSIONS, first, min(first + step - 1, want))
         await conn.execute("vacuum analyze user_activity.sessions")
     finally:
         await conn.close()
@@ -276,6 +262,7 @@ def _server(role: str, dsn: str) -> Iterator[int]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    _SERVER_PIDS[port] = process.pid
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -290,34 +277,18 @@ def _server(role: str, dsn: str) -> Iterator[int]:
         process.wait(timeout=15)
 
 
-def _load(port: int, args: argparse.Namespace, seed: str, rate: float) -> dict[str, Any]:
-    """Run the load generator in its own process, as a client machine would be."""
-    command = [
-        sys.executable, __file__, "--role", "load", "--port", str(port), "--seed", seed,
-        "--sessions", str(args.sessions), "--duration", str(args.duration),
-        "--warmup", str(args.warmup), "--connections", str(args.connections),
-        "--load-rate", str(rate),
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"the load generator failed: {result.stderr[-2000:]}")
-    measured: dict[str, Any] = json.loads(result.stdout)
-    return measured
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=100_000)
-    parser.add_argument("--duration", type=float, default=20.0)
-    parser.add_argument("--warmup", type=float, default=3.0)
-    parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--rate", type=float, default=1700.0)
+    parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--role", choices=["api", "baseline", "load"], help=argparse.SUPPRESS)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=3000.0)
+    parser.add_argument("--sweep", default="", help="table sizes, e.g. 100000,1000000")
+    parser.add_argument("--role", choices=["api", "baseline"], help=argparse.SUPPRESS)
     parser.add_argument("--dsn", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--seed", help=argparse.SUPPRESS)
-    parser.add_argument("--load-rate", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "api":
         serve_api(args.dsn, args.port)
@@ -325,68 +296,86 @@ def main() -> None:
     if args.role == "baseline":
         serve_baseline(args.dsn, args.port)
         return
-    if args.role == "load":
-        ids = anonymous_ids(args.seed, args.sessions)
-        measured = asyncio.run(
-            drive(
-                args.port,
-                ids,
-                duration=args.duration,
-                warmup=args.warmup,
-                connections=args.connections,
-                rate=args.load_rate,
-            )
-        )
-        print(json.dumps(measured))
-        return
+    if shutil.which("wrk") is None:
+        print(WRK_MISSING, file=sys.stderr)
+        raise SystemExit(2)
     print(json.dumps(run(args), indent=2))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    seed = uuid.uuid4().hex
-    api_rounds: list[dict[str, Any]] = []
-    baseline_rounds: list[dict[str, Any]] = []
-    with _database() as dsn:
-        asyncio.run(_prepare(dsn, seed, args.sessions))
-        with _server("api", dsn) as api_port, _server("baseline", dsn) as baseline_port:
-            # Alternate the two, so a neighbour's burst on this shared machine hits both.
-            for _ in range(args.rounds):
-                api_rounds.append(_load(api_port, args, seed, 0))
-                baseline_rounds.append(_load(baseline_port, args, seed, 0))
-            fixed = _load(api_port, args, seed, args.rate)
-    api, baseline = _combined(api_rounds), _combined(baseline_rounds)
-    ratio = round(api["requestsPerSecond"] / baseline["requestsPerSecond"], 3)
-    return {
+    sizes = [int(size) for size in args.sweep.split(",") if size] or [args.sessions]
+    report: dict[str, Any] = {
         "benchmark": "heartbeat",
-        "sessions": args.sessions,
+        "loadGenerator": "wrk + bench/heartbeat.lua",
         "durationSeconds": args.duration,
         "rounds": args.rounds,
+        "threads": args.threads,
         "connections": args.connections,
         "cpus": os.cpu_count(),
+        "loadAverageAtStart": [round(value, 2) for value in os.getloadavg()],
+    }
+    seeded = 0
+    with _database() as dsn:
+        asyncio.run(_grow(dsn, seeded, sizes[0]))
+        seeded = sizes[0]
+        with _server("api", dsn) as api_port, _server("baseline", dsn) as baseline_port:
+            for port in (api_port, baseline_port):
+                wrk(port, args=args, sessions=seeded, seconds=WARMUP_SECONDS)
+            report.update(_compare(api_port, baseline_port, args, seeded))
+            report["sweep"] = []
+            for size in sizes:
+                if size > seeded:
+                    asyncio.run(_grow(dsn, seeded, size))
+                    seeded = size
+                    wrk(api_port, args=args, sessions=seeded, seconds=WARMUP_SECONDS)
+                report["sweep"].append(_at_size(api_port, args, seeded))
+    return report
+
+
+def _compare(
+    api_port: int, baseline_port: int, args: argparse.Namespace, sessions: int
+) -> dict[str, Any]:
+    api_rounds, baseline_rounds = [], []
+    for _ in range(args.rounds):
+        api_rounds.append(wrk(api_port, args=args, sessions=sessions, seconds=args.duration))
+        baseline_rounds.append(
+            wrk(baseline_port, args=args, sessions=sessions, seconds=args.duration)
+        )
+    api, baseline = _combined(api_rounds), _combined(baseline_rounds)
+    return {
+        "sessions": sessions,
         "api": api,
         "baseline": baseline,
-        "ratioToBaseline": ratio,
-        "fixedRate": {"targetPerSecond": args.rate, **fixed},
-        "targets": {
-            "ratioAtLeast0.6": ratio >= TARGET_RATIO,
-            "atLeast2000PerSecond": api["requestsPerSecond"] >= TARGET_RPS,
-            "p99Under50MsAt1700PerSecond": fixed["p99Ms"] < TARGET_P99_MS
-            and fixed["requestsPerSecond"] >= args.rate * 0.98,
-        },
+        "ratioToBaseline": round(api["requestsPerSecond"] / baseline["requestsPerSecond"], 3),
+    }
+
+
+def _at_size(api_port: int, args: argparse.Namespace, sessions: int) -> dict[str, Any]:
+    closed = wrk(api_port, args=args, sessions=sessions, seconds=args.duration)
+    paced = wrk(api_port, args=args, sessions=sessions, seconds=args.duration, rate=args.rate)
+    return {
+        "sessions": sessions,
+        "closedLoop": closed,
+        "fixedRate": {"targetPerSecond": args.rate, **paced},
     }
 
 
 def _combined(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Throughput over all rounds; latency percentiles of the worst round."""
+    """Mean throughput and CPU over the rounds; latency percentiles of the worst round."""
+    count = len(rounds)
     return {
         "requests": sum(one["requests"] for one in rounds),
         "failed": sum(one["failed"] for one in rounds),
-        "requestsPerSecond": round(
-            sum(one["requestsPerSecond"] for one in rounds) / len(rounds), 1
-        ),
+        "requestsPerSecond": round(sum(one["requestsPerSecond"] for one in rounds) / count, 1),
         "p50Ms": max(one["p50Ms"] for one in rounds),
         "p99Ms": max(one["p99Ms"] for one in rounds),
-        "roundsPerSecond": [one["requestsPerSecond"] for one in rounds],
+        "serverCpuUsPerRequest": round(
+            sum(one["serverCpuUsPerRequest"] for one in rounds) / count, 1
+        ),
+        "postgresCpuUsPerRequest": round(
+            sum(one["postgresCpuUsPerRequest"] for one in rounds) / count, 1
+        ),
+        "roundsPerSecond": [round(one["requestsPerSecond"], 1) for one in rounds],
     }
 
 
