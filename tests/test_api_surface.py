@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
+
+from pin_sessions.bootstrap import build_api, build_runtime
+from pin_sessions.settings import load_settings
 
 SPEC_ROUTES = [
     ("post", "/api/identity/sign-in/requests"),
@@ -49,3 +54,143 @@ async def test_every_spec_route_is_in_the_openapi_document(
 async def test_docs_page_is_served_for_the_whole_api(http: httpx.AsyncClient) -> None:
     response = await http.get("/docs")
     assert response.status_code == 200
+
+
+# What each route answers besides its success (SPEC §4): 503 wherever the database is
+# asked, 413 wherever a body is read, 401 wherever a Bearer token is read.
+DECLARED_ERRORS = {
+    ("post", "/api/identity/sign-in/requests"): {400, 413, 422, 429, 503},
+    ("post", "/api/identity/sign-in/confirm"): {400, 404, 409, 410, 413, 422, 429, 503},
+    ("post", "/api/identity/sessions/refresh"): {400, 401, 413, 422, 503},
+    ("get", "/api/identity/sessions"): {401, 503},
+    ("post", "/api/identity/sessions/logout"): {400, 401, 413, 422, 503},
+    ("delete", "/api/identity/sessions/{sessionId}"): {400, 401, 404, 413, 422, 503},
+    ("delete", "/api/identity/sessions"): {400, 401, 413, 422, 503},
+    ("post", "/api/user-activity/sessions/start"): {400, 401, 413, 422, 503},
+    ("post", "/api/user-activity/sessions/heartbeat"): {400, 401, 413, 422, 503},
+    ("post", "/api/user-activity/sessions/link"): {400, 401, 413, 422, 503},
+    ("get", "/api/user-activity/sessions"): {400, 401, 503},
+    ("post", "/api/user-activity/actions"): {400, 401, 413, 422, 503},
+    ("post", "/api/user-activity/property-views"): {400, 401, 413, 422, 503},
+    ("post", "/api/user-activity/property-views/{viewId}/end"): {400, 401, 404, 413, 422, 503},
+    ("get", "/api/user-activity/users/{userId}/sessions"): {400, 401, 403, 422, 503},
+    ("get", "/internal/sessions/{anonymousId}/link"): {400, 401, 403, 404, 503},
+    ("get", "/internal/users/{userId}/sessions"): {400, 401, 403, 422, 503},
+    ("get", "/api/dev-stats/sessions/summary"): {400, 401, 403, 503},
+    ("get", "/healthz"): set(),
+    ("get", "/readyz"): {503},
+    ("get", "/metrics"): set(),
+    ("get", "/dev/sign-in-codes/{requestId}"): {404, 422, 503},
+    ("post", "/dev/dev-stats/viewers"): {400, 413, 422, 503},
+}
+ANONYMOUS_ID_READERS = {
+    ("post", "/api/identity/sign-in/confirm"): False,
+    ("post", "/api/user-activity/sessions/start"): False,
+    ("post", "/api/user-activity/sessions/heartbeat"): True,
+    ("post", "/api/user-activity/sessions/link"): True,
+    ("get", "/api/user-activity/sessions"): False,
+    ("post", "/api/user-activity/actions"): True,
+    ("post", "/api/user-activity/property-views"): True,
+    ("post", "/api/user-activity/property-views/{viewId}/end"): True,
+}
+PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+
+
+@pytest.fixture
+def document(settings_env: dict[str, str], database_url: str) -> dict[str, Any]:
+    """The document of a development server, which mounts the /dev routes too."""
+    settings = load_settings({**settings_env, "PIN_DEV_CODES": "1"})
+    return build_api(build_runtime(settings, database_url)).openapi()
+
+
+def _operations(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (method, path): operation
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+    }
+
+
+def test_each_operation_declares_every_error_it_answers(document: dict[str, Any]) -> None:
+    declared = {
+        key: {int(status) for status in operation["responses"] if int(status) >= 400}
+        for key, operation in _operations(document).items()
+    }
+    assert declared == DECLARED_ERRORS
+
+
+def test_every_error_is_declared_as_the_one_problem_json_schema(
+    document: dict[str, Any],
+) -> None:
+    for key, operation in _operations(document).items():
+        for status, response in operation["responses"].items():
+            if int(status) >= 400:
+                assert response["content"] == PROBLEM_CONTENT, (key, status)
+    schemas = document["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas
+    assert {"type", "title", "status", "detail", "instance", "code"} <= set(
+        schemas["Problem"]["required"]
+    )
+
+
+def test_401_promises_www_authenticate_and_429_promises_retry_after(
+    document: dict[str, Any],
+) -> None:
+    promised = {"401": "WWW-Authenticate", "429": "Retry-After"}
+    seen = set()
+    for key, operation in _operations(document).items():
+        for status, header in promised.items():
+            if status in operation["responses"]:
+                headers = operation["responses"][status]["headers"]
+                assert headers[header]["required"] is True, (key, status)
+                seen.add(status)
+    assert seen == set(promised)
+
+
+def test_x_anonymous_id_is_declared_wherever_it_is_read(document: dict[str, Any]) -> None:
+    declared = {
+        key: parameter["required"]
+        for key, operation in _operations(document).items()
+        for parameter in operation.get("parameters", [])
+        if parameter["name"] == "X-Anonymous-Id"
+    }
+    assert declared == ANONYMOUS_ID_READERS
+    operation = _operations(document)[("post", "/api/user-activity/sessions/heartbeat")]
+    [header] = operation["parameters"]
+    assert header["in"] == "header"
+    assert header["schema"]["format"] == "uuid"
+
+
+async def test_a_missing_required_anonymous_id_is_a_400_not_a_422(
+    http: httpx.AsyncClient,
+) -> None:
+    response = await http.post("/api/user-activity/actions", json={"type": "click"}, headers={})
+    assert response.status_code == 400
+    assert response.json()["code"] == "USER_ACTIVITY_ANONYMOUS_ID_REQUIRED"
+
+
+def test_limit_is_documented_as_an_integer_from_1_to_100(document: dict[str, Any]) -> None:
+    for key, operation in _operations(document).items():
+        for parameter in operation.get("parameters", []):
+            if parameter["name"] == "limit":
+                schema = parameter["schema"]
+                assert schema["type"] == "integer", key
+                assert (schema["minimum"], schema["maximum"]) == (1, 100), key
+
+
+async def test_a_limit_out_of_range_stays_a_400(http: httpx.AsyncClient) -> None:
+    response = await http.get(
+        "/api/user-activity/sessions",
+        params={"limit": "101"},
+        headers={"X-Anonymous-Id": "0193e0c6-1c2a-7b3e-8c1d-2e4f6a8b0c1d"},
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "USER_ACTIVITY_LIMIT_INVALID"
+
+
+async def test_the_development_routes_are_documented_only_where_they_are_mounted(
+    document: dict[str, Any], openapi_paths: dict[str, dict[str, object]]
+) -> None:
+    development = {"/dev/sign-in-codes/{requestId}", "/dev/dev-stats/viewers"}
+    assert development <= set(document["paths"])
+    assert not development & set(openapi_paths)

@@ -187,7 +187,12 @@ def build_api(runtime: Runtime) -> FastAPI:
     dev_grants = build_identity_operations(runtime) if runtime.settings.dev_codes else None
     routers.append(build_web_router(runtime.clock, dev_grants))
     # The heartbeat's common case skips the framework altogether (see heartbeat_shortcut).
-    heartbeat = Middleware(HeartbeatShortcut, database=runtime.database, clock=runtime.clock)
+    heartbeat = Middleware(
+        HeartbeatShortcut,
+        database=runtime.database,
+        clock=runtime.clock,
+        authenticator=authenticator,
+    )
     return create_http_app(
         runtime, routers=routers, quiet_paths=USER_ACTIVITY_QUIET_PATHS, shortcuts=[heartbeat]
     )

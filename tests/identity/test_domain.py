@@ -70,6 +70,22 @@ def test_expiry_is_judged_first_whatever_the_status(
     assert isinstance(domain.confirmation_refusal(state, T0), error)
 
 
+def test_a_phone_may_ask_again_when_the_oldest_of_its_last_five_leaves_the_window() -> None:
+    minute = timedelta(minutes=1)
+    four = [T0 - minute * n for n in range(4)]
+    assert domain.sign_in_request_wait(four, T0) is None
+    five = [*four, T0 - minute * 10 - timedelta(microseconds=1)]
+    # Out of the 15-minute window 5 min minus 1 µs from now: a client waits whole seconds.
+    assert domain.sign_in_request_wait(five, T0) == 300
+
+
+def test_spent_attempts_refuse_until_the_request_expires() -> None:
+    state = ConfirmationState(ConfirmationStatus.PENDING, T0 + timedelta(seconds=90.2), 5)
+    refusal = domain.confirmation_refusal(state, T0)
+    assert isinstance(refusal, ConfirmationAttemptsExceeded)
+    assert refusal.retry_after == 91
+
+
 def _session(status: SessionStatus, *, rotated_ago: timedelta | None = None) -> SessionState:
     return SessionState(
         id=uuid.uuid4(),

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import httpx
 import jwt
+import pytest
 
 from pin_sessions.identity.events import SIGN_INS_TOPIC
 from pin_sessions.platform.clock import FixedClock
@@ -112,6 +113,27 @@ async def test_the_sixth_request_of_a_phone_within_15_minutes_is_refused(
     await request_code(http, phone)
 
 
+async def test_a_refused_sign_in_request_says_when_the_phone_may_ask_again(
+    http: httpx.AsyncClient, clock: FixedClock
+) -> None:
+    phone = new_phone()
+    for _ in range(5):
+        await request_code(http, phone)
+        clock.advance(timedelta(minutes=2))
+    clock.advance(timedelta(milliseconds=500))
+    # The first request, 10 min 0.5 s old, leaves the 15-minute window in 4 min 59.5 s.
+    response = await http.post(REQUESTS, json={"phoneNumber": phone})
+    assert response.status_code == 429
+    assert response.headers["Retry-After"] == "300"
+    clock.advance(timedelta(seconds=299))
+    assert (await http.post(REQUESTS, json={"phoneNumber": phone})).headers["Retry-After"] == "1"
+    clock.advance(timedelta(seconds=1))
+    await request_code(http, phone)
+    # Now the second request frees the next slot, 2 minutes after the first did.
+    response = await http.post(REQUESTS, json={"phoneNumber": phone})
+    assert response.headers["Retry-After"] == "120"
+
+
 async def test_parallel_requests_of_one_phone_never_exceed_the_cap(
     http: httpx.AsyncClient,
 ) -> None:
@@ -192,12 +214,13 @@ async def test_a_second_sign_in_of_a_phone_finds_the_same_user(http: httpx.Async
     assert first["sessionId"] != second["sessionId"]
 
 
-async def test_a_malformed_anonymous_id_is_refused_and_uses_nothing(
-    http: httpx.AsyncClient,
+@pytest.mark.parametrize("anonymous_id", ["device-1", "00000000-0000-0000-0000-000000000000"])
+async def test_a_malformed_or_nil_anonymous_id_is_refused_and_uses_nothing(
+    http: httpx.AsyncClient, anonymous_id: str
 ) -> None:
     request_id = await request_code(http, new_phone())
     code = await dev_code(http, request_id)
-    response = await confirm(http, request_id, code, headers={"X-Anonymous-Id": "device-1"})
+    response = await confirm(http, request_id, code, headers={"X-Anonymous-Id": anonymous_id})
     assert response.status_code == 400
     assert problem_code(response) == "USER_ACTIVITY_ANONYMOUS_ID_INVALID"
     assert (await confirm(http, request_id, code)).status_code == 200
@@ -263,6 +286,24 @@ async def test_after_five_wrong_codes_even_the_right_code_is_refused(
         response = await confirm(http, request_id, guess)
         assert response.status_code == 429
         assert problem_code(response) == "IDENTITY_CONFIRMATION_ATTEMPTS_EXCEEDED"
+
+
+async def test_spent_attempts_say_how_long_the_request_keeps_refusing(
+    http: httpx.AsyncClient, clock: FixedClock
+) -> None:
+    request_id = await request_code(http, new_phone())
+    code = await dev_code(http, request_id)
+    for _ in range(5):
+        await confirm(http, request_id, wrong(code))
+    clock.advance(timedelta(minutes=1, milliseconds=500))
+    response = await confirm(http, request_id, code)
+    # Until the request expires (5 min after it was made) every try is this 429; then a 410.
+    assert response.status_code == 429
+    assert response.headers["Retry-After"] == "240"
+    clock.advance(timedelta(seconds=240))
+    response = await confirm(http, request_id, code)
+    assert response.status_code == 410
+    assert problem_code(response) == "IDENTITY_CONFIRMATION_EXPIRED"
 
 
 async def test_parallel_wrong_codes_count_exactly_up_to_the_cap(

@@ -35,6 +35,12 @@ class Teapot(AppError):
     title = "I am a teapot"
 
 
+class Busy(AppError):
+    code = "TEST_BUSY"
+    status = 429
+    title = "Busy"
+
+
 def _probe_router() -> APIRouter:
     router = APIRouter()
 
@@ -49,6 +55,19 @@ def _probe_router() -> APIRouter:
     @router.get("/probe/crash")
     async def crash() -> None:
         raise RuntimeError("boom")
+
+    @router.get("/probe/busy")
+    async def busy() -> None:
+        raise Busy(retry_after=42)
+
+    # One path, two routes: as GET and DELETE of /api/identity/sessions are.
+    @router.get("/probe/shared/{item}")
+    async def read_item(item: str) -> dict[str, str]:
+        return {"item": item}
+
+    @router.delete("/probe/shared/{item}", status_code=204)
+    async def delete_item(item: str) -> None:
+        del item
 
     return router
 
@@ -146,6 +165,55 @@ async def test_wrong_method_is_problem_json(client: httpx.AsyncClient) -> None:
     response = await client.delete("/healthz")
     assert response.status_code == 405
     assert response.json()["code"] == "METHOD_NOT_ALLOWED"
+    assert response.headers["allow"] == "GET, HEAD"
+
+
+@pytest.mark.parametrize("method", ["PUT", "POST", "PATCH"])
+async def test_a_wrong_method_names_every_method_the_path_serves(
+    client: httpx.AsyncClient, method: str
+) -> None:
+    """RFC 9110 §15.5.6: Allow lists the methods of every route at the path, not the first's."""
+    response = await client.request(method, "/probe/shared/x")
+    assert response.status_code == 405
+    assert response.headers["content-type"] == PROBLEM
+    assert response.headers["allow"] == "DELETE, GET, HEAD"
+
+
+async def test_head_is_answered_wherever_get_is_with_its_headers_and_no_body(
+    client: httpx.AsyncClient,
+) -> None:
+    for path in ("/healthz", "/probe/shared/x", "/openapi.json", "/probe/teapot"):
+        get = await client.get(path)
+        head = await client.head(path)
+        assert head.status_code == get.status_code, path
+        assert head.content == b""
+        for header in ("content-type", "content-length"):
+            assert head.headers[header] == get.headers[header], (path, header)
+
+
+async def test_head_where_there_is_no_get_is_refused_like_any_other_method(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.head("/probe/echo")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+
+
+async def test_head_requests_are_counted_as_head_under_their_route(
+    client: httpx.AsyncClient,
+) -> None:
+    await client.head("/healthz")
+    metrics = (await client.get("/metrics")).text
+    assert 'pin_http_requests_total{method="HEAD",route="/healthz",status="200"} 1.0' in metrics
+
+
+async def test_an_error_that_knows_when_to_ask_again_says_so_in_retry_after(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.get("/probe/busy")
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "42"
+    assert response.json()["code"] == "TEST_BUSY"
 
 
 async def test_validation_errors_are_422_and_never_echo_the_input(

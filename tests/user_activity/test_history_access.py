@@ -207,7 +207,8 @@ async def test_the_internal_link_route_reports_the_devices_current_link(
     }
     malformed = await http.get("/internal/sessions/nope/link", headers=token)
     assert malformed.json()["code"] == "USER_ACTIVITY_ANONYMOUS_ID_INVALID"
-    assert malformed.json()["detail"] == "anonymousId must be a UUID"  # the path's, not a header
+    # The path's name, not a header's.
+    assert malformed.json()["detail"] == "anonymousId must be a UUID other than the nil UUID"
 
 
 async def test_own_history_without_any_credentials_is_401(http: httpx.AsyncClient) -> None:

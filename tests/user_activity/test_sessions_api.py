@@ -13,7 +13,7 @@ from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from tests.conftest import T0, LogCapture
-from tests.user_activity.conftest import device, sessions_of
+from tests.user_activity.conftest import UserFactory, device, sessions_of
 
 START = "/api/user-activity/sessions/start"
 HEARTBEAT = "/api/user-activity/sessions/heartbeat"
@@ -136,9 +136,37 @@ async def test_heartbeat_without_a_device_is_refused(http: httpx.AsyncClient) ->
     assert response.json()["code"] == "USER_ACTIVITY_ANONYMOUS_ID_REQUIRED"
 
 
-@pytest.mark.parametrize("path", [START, HEARTBEAT])
-async def test_a_malformed_anonymous_id_is_refused(http: httpx.AsyncClient, path: str) -> None:
-    response = await http.post(path, headers={"X-Anonymous-Id": "not-a-uuid"})
+NIL_UUID = "00000000-0000-0000-0000-000000000000"
+# Every route that reads X-Anonymous-Id, with a body it accepts.
+DEVICE_ROUTES = [
+    pytest.param("POST", START, None, id="start"),
+    pytest.param("POST", HEARTBEAT, None, id="heartbeat"),
+    pytest.param("POST", "/api/user-activity/sessions/link", None, id="link"),
+    pytest.param("GET", "/api/user-activity/sessions", None, id="own history"),
+    pytest.param("POST", "/api/user-activity/actions", {"type": "click"}, id="actions"),
+    pytest.param(
+        "POST", "/api/user-activity/property-views", {"propertyObjectId": str(new_id())}, id="view"
+    ),
+    pytest.param("POST", f"/api/user-activity/property-views/{new_id()}/end", None, id="end view"),
+]
+
+
+@pytest.mark.parametrize("anonymous_id", ["not-a-uuid", NIL_UUID])
+@pytest.mark.parametrize(("method", "path", "body"), DEVICE_ROUTES)
+async def test_a_malformed_or_nil_anonymous_id_is_refused_wherever_it_is_read(
+    http: httpx.AsyncClient,
+    new_user: UserFactory,
+    method: str,
+    path: str,
+    body: dict[str, str] | None,
+    anonymous_id: str,
+) -> None:
+    """SPEC §8: the nil UUID is no device; every client that sent it would share one."""
+    # A user for link, which reads the header only after the caller; none for the history,
+    # which reads it only for a guest.
+    user = None if method == "GET" else await new_user()
+    headers = {"X-Anonymous-Id": anonymous_id, **(user.headers if user else {})}
+    response = await http.request(method, path, headers=headers, json=body)
     assert response.status_code == 400
     assert response.json()["code"] == "USER_ACTIVITY_ANONYMOUS_ID_INVALID"
 

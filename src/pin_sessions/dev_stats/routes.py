@@ -2,17 +2,52 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import date
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 
 from pin_sessions.dev_stats.domain import parse_period
 from pin_sessions.dev_stats.operations import Summary, summarize
 from pin_sessions.platform.auth import Authenticator
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.database import Database
+from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
 
 VIEW_PERMISSION = "dev-stats.view"
+
+# Read by hand and parsed by the domain, so a bad or out-of-range date is our 400
+# DEV_STATS_PERIOD_INVALID rather than a 422; the document says what a good one is.
+PERIOD_PARAMETERS = parameters(
+    query_parameter(
+        "from", {"type": "string", "format": "date"}, "First UTC day; 30 days before `to`"
+    ),
+    query_parameter("to", {"type": "string", "format": "date"}, "Last UTC day; today"),
+)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class DayOut(_Out):
+    date: date
+    sessions: int
+    guest_sessions: int
+    user_sessions: int
+    avg_duration_seconds: float | None
+
+
+class SummaryOut(_Out):
+    sessions: int
+    guest_sessions: int
+    user_sessions: int
+    avg_duration_seconds: float | None
+    p50_duration_seconds: float | None
+    p90_duration_seconds: float | None
+    by_day: list[DayOut]
 
 
 def build_router(database: Database, authenticator: Authenticator, clock: Clock) -> APIRouter:
@@ -21,12 +56,16 @@ def build_router(database: Database, authenticator: Authenticator, clock: Clock)
 
     # Declared on the route, not as a parameter: a local Annotated alias cannot be resolved
     # by FastAPI under postponed annotations, and the principal itself is not needed here.
-    @router.get("/sessions/summary", dependencies=[viewer])
+    @router.get(
+        "/sessions/summary",
+        dependencies=[viewer],
+        responses=problems(400, 401, 403, 503),
+        openapi_extra=PERIOD_PARAMETERS,
+    )
     async def sessions_summary(
-        # Plain strings, parsed by the domain, so a bad date is our 400 rather than a 422.
-        from_: Annotated[str | None, Query(alias="from")] = None,
-        to: Annotated[str | None, Query()] = None,
-    ) -> dict[str, Any]:
+        from_: Annotated[str | None, Query(alias="from", include_in_schema=False)] = None,
+        to: Annotated[str | None, Query(include_in_schema=False)] = None,
+    ) -> SummaryOut:
         """Sessions that began between ``from`` and ``to`` (UTC days, both included)."""
         period = parse_period(from_, to, today=clock.now().date())
         return _render(await summarize(database, period))
@@ -34,22 +73,22 @@ def build_router(database: Database, authenticator: Authenticator, clock: Clock)
     return router
 
 
-def _render(summary: Summary) -> dict[str, Any]:
-    return {
-        "sessions": summary.sessions,
-        "guestSessions": summary.guest_sessions,
-        "userSessions": summary.user_sessions,
-        "avgDurationSeconds": summary.avg_duration_seconds,
-        "p50DurationSeconds": summary.p50_duration_seconds,
-        "p90DurationSeconds": summary.p90_duration_seconds,
-        "byDay": [
-            {
-                "date": day.day.isoformat(),
-                "sessions": day.sessions,
-                "guestSessions": day.guest_sessions,
-                "userSessions": day.user_sessions,
-                "avgDurationSeconds": day.avg_duration_seconds,
-            }
+def _render(summary: Summary) -> SummaryOut:
+    return SummaryOut(
+        sessions=summary.sessions,
+        guest_sessions=summary.guest_sessions,
+        user_sessions=summary.user_sessions,
+        avg_duration_seconds=summary.avg_duration_seconds,
+        p50_duration_seconds=summary.p50_duration_seconds,
+        p90_duration_seconds=summary.p90_duration_seconds,
+        by_day=[
+            DayOut(
+                date=day.day,
+                sessions=day.sessions,
+                guest_sessions=day.guest_sessions,
+                user_sessions=day.user_sessions,
+                avg_duration_seconds=day.avg_duration_seconds,
+            )
             for day in summary.by_day
         ],
-    }
+    )

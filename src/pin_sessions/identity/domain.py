@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import re
 import secrets
 import uuid
@@ -102,7 +103,27 @@ def confirmation_refusal(state: ConfirmationState, now: datetime) -> IdentityErr
         return ConfirmationExpired()
     if state.status is ConfirmationStatus.CONFIRMED:
         return ConfirmationAlreadyUsed()
-    return ConfirmationAttemptsExceeded()
+    # No wait makes this request confirmable again: its attempts are spent for good. What
+    # waiting changes is the answer: until the request expires every try is this 429, after
+    # it a 410, which tells a client that retries on Retry-After to ask for a new code.
+    return ConfirmationAttemptsExceeded(retry_after=whole_seconds(state.expires_at - now))
+
+
+def sign_in_request_wait(recent: list[datetime], now: datetime) -> int | None:
+    """Seconds until the phone may ask for another code; None when it may now.
+
+    ``recent`` holds when its newest requests in the window were made, newest first, at
+    most :data:`SIGN_IN_REQUESTS_PER_WINDOW` of them: when all are there, the oldest of
+    them leaving the window frees the next slot.
+    """
+    if len(recent) < SIGN_IN_REQUESTS_PER_WINDOW:
+        return None
+    return whole_seconds(recent[-1] + SIGN_IN_REQUEST_WINDOW - now)
+
+
+def whole_seconds(span: timedelta) -> int:
+    """``span`` rounded up to whole seconds, at least 1: waiting that long is enough."""
+    return max(1, math.ceil(span.total_seconds()))
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ class AnonymousIdInvalid(IdentityError):
     # SPEC §4 gives X-Anonymous-Id one error code for every route that reads the header.
     code = "USER_ACTIVITY_ANONYMOUS_ID_INVALID"
     status = 400
-    title = "X-Anonymous-Id must be a UUID"
+    title = "X-Anonymous-Id must be a UUID other than the nil UUID"
 
 
 class UnknownPhoneNumber(IdentityError):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Path, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -17,7 +17,13 @@ from pin_sessions.identity.errors import AnonymousIdInvalid, ConfirmationNotFoun
 from pin_sessions.identity.operations import Device, IdentityOperations, TokenPair
 from pin_sessions.platform.auth import Authenticator, UserPrincipal
 from pin_sessions.platform.clock import Clock
+from pin_sessions.platform.http.anonymous_id import (
+    ANONYMOUS_ID_HEADER,
+    anonymous_id_parameter,
+    parse_anonymous_id,
+)
 from pin_sessions.platform.http.client_address import Network, request_client_ip
+from pin_sessions.platform.http.openapi import parameters, problems
 
 MAX_REFRESH_TOKEN_LENGTH = 256
 # A code of any other shape is simply a wrong code (400, one attempt used), not a 422 that
@@ -104,13 +110,15 @@ def _device(request: Request, trusted_proxies: Sequence[Network]) -> Device:
     return Device(request.headers.get("user-agent", ""), domain.storable_ip(ip))
 
 
-def _anonymous_id(raw: str | None) -> uuid.UUID | None:
+def _anonymous_id(request: Request) -> uuid.UUID | None:
+    """The optional device header, read by hand so a bad one is a 400, as in user-activity."""
+    raw = request.headers.get(ANONYMOUS_ID_HEADER)
     if raw is None:
         return None
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise AnonymousIdInvalid() from None
+    anonymous_id = parse_anonymous_id(raw)
+    if anonymous_id is None:
+        raise AnonymousIdInvalid()
+    return anonymous_id
 
 
 def build_identity_router(
@@ -125,7 +133,11 @@ def build_identity_router(
     # A default, not an Annotated alias: string annotations cannot see a local alias.
     signed_in = Depends(authenticator.user())
 
-    @router.post("/sign-in/requests", status_code=status.HTTP_201_CREATED)
+    @router.post(
+        "/sign-in/requests",
+        status_code=status.HTTP_201_CREATED,
+        responses=problems(400, 413, 422, 429, 503),
+    )
     async def request_sign_in(body: SignInRequestBody, request: Request) -> SignInRequestOut:
         """Send a one-time code to the phone (5 per phone per 15 min)."""
         created = await operations.request_sign_in(
@@ -133,23 +145,23 @@ def build_identity_router(
         )
         return SignInRequestOut(request_id=created.request_id, expires_at=created.expires_at)
 
-    @router.post("/sign-in/confirm")
-    async def confirm_sign_in(
-        body: ConfirmBody,
-        request: Request,
-        x_anonymous_id: Annotated[str | None, Header(alias="X-Anonymous-Id")] = None,
-    ) -> TokenPairOut:
+    @router.post(
+        "/sign-in/confirm",
+        responses=problems(400, 404, 409, 410, 413, 422, 429, 503),
+        openapi_extra=parameters(anonymous_id_parameter(required=False)),
+    )
+    async def confirm_sign_in(body: ConfirmBody, request: Request) -> TokenPairOut:
         """Trade the code for an access and a refresh token."""
         pair = await operations.confirm_sign_in(
             body.request_id,
             body.code,
-            _anonymous_id(x_anonymous_id),
+            _anonymous_id(request),
             _device(request, trusted_proxies),
             clock.now(),
         )
         return TokenPairOut.of(pair)
 
-    @router.post("/sessions/refresh")
+    @router.post("/sessions/refresh", responses=problems(400, 401, 413, 422, 503))
     async def refresh(body: RefreshBody, request: Request) -> TokenPairOut:
         """Rotate the refresh token; the old one is void (a racing retry gets the same pair)."""
         return TokenPairOut.of(
@@ -158,7 +170,7 @@ def build_identity_router(
             )
         )
 
-    @router.get("/sessions")
+    @router.get("/sessions", responses=problems(401, 503))
     async def list_sessions(user: UserPrincipal = signed_in) -> SessionsOut:
         """The user's live sessions, one per signed-in device."""
         rows = await operations.devices(user, clock.now())
@@ -177,7 +189,11 @@ def build_identity_router(
             ]
         )
 
-    @router.post("/sessions/logout", status_code=status.HTTP_204_NO_CONTENT)
+    @router.post(
+        "/sessions/logout",
+        status_code=status.HTTP_204_NO_CONTENT,
+        responses=problems(400, 401, 413, 422, 503),
+    )
     async def logout(
         _body: Annotated[NoFieldsBody | None, Body()] = None,
         user: UserPrincipal = signed_in,
@@ -186,7 +202,11 @@ def build_identity_router(
         await operations.logout(user, clock.now())
         return Response(status_code=status.HTTP_204_NO_CONTENT)
 
-    @router.delete("/sessions/{sessionId}", status_code=status.HTTP_204_NO_CONTENT)
+    @router.delete(
+        "/sessions/{sessionId}",
+        status_code=status.HTTP_204_NO_CONTENT,
+        responses=problems(400, 401, 404, 413, 422, 503),
+    )
     async def revoke_session(
         session_id: Annotated[uuid.UUID, Path(alias="sessionId")],
         _body: Annotated[NoFieldsBody | None, Body()] = None,
@@ -196,7 +216,11 @@ def build_identity_router(
         await operations.revoke_session(user, session_id, clock.now())
         return Response(status_code=status.HTTP_204_NO_CONTENT)
 
-    @router.delete("/sessions", status_code=status.HTTP_204_NO_CONTENT)
+    @router.delete(
+        "/sessions",
+        status_code=status.HTTP_204_NO_CONTENT,
+        responses=problems(400, 401, 413, 422, 503),
+    )
     async def revoke_other_sessions(
         _body: Annotated[NoFieldsBody | None, Body()] = None,
         user: UserPrincipal = signed_in,
@@ -212,7 +236,7 @@ def build_dev_codes_router(codes: DevCodes) -> APIRouter:
     """Mounted only with PIN_DEV_CODES=1: otherwise the path does not exist at all."""
     router = APIRouter(prefix="/dev", tags=["development"])
 
-    @router.get("/sign-in-codes/{requestId}")
+    @router.get("/sign-in-codes/{requestId}", responses=problems(404, 422, 503))
     async def sign_in_code(request_id: Annotated[uuid.UUID, Path(alias="requestId")]) -> DevCodeOut:
         """The code sent for a sign-in request."""
         code = await codes.code(request_id)

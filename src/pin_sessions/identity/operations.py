@@ -98,10 +98,12 @@ class IdentityOperations:
             # Parallel requests of one phone queue here, so the count below stays true.
             await repository.lock_phone(conn, phone_number)
             since = now - domain.SIGN_IN_REQUEST_WINDOW
-            if await repository.count_recent_requests(conn, phone_number, since) >= (
-                domain.SIGN_IN_REQUESTS_PER_WINDOW
-            ):
-                raise TooManySignInRequests()
+            recent = await repository.recent_requests(
+                conn, phone_number, since, domain.SIGN_IN_REQUESTS_PER_WINDOW
+            )
+            wait = domain.sign_in_request_wait(recent, now)
+            if wait is not None:
+                raise TooManySignInRequests(retry_after=wait)
             await repository.insert_request(
                 conn,
                 request_id,

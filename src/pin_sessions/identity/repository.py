@@ -60,9 +60,12 @@ async def lock_phone(conn: Connection, phone_number: str) -> None:
     )
 
 
-async def count_recent_requests(conn: Connection, phone_number: str, since: datetime) -> int:
-    count: int = await conn.fetchval(sql.COUNT_RECENT_SIGN_IN_REQUESTS, phone_number, since)
-    return count
+async def recent_requests(
+    conn: Connection, phone_number: str, since: datetime, limit: int
+) -> list[datetime]:
+    """When the phone's newest ``limit`` requests made after ``since`` were made, newest first."""
+    rows = await conn.fetch(sql.RECENT_SIGN_IN_REQUESTS, phone_number, since, limit)
+    return [row["created_at"] for row in rows]
 
 
 async def insert_request(

@@ -13,10 +13,14 @@ LOCK_PHONE_FOR_SIGN_IN_REQUEST = """
 select pg_advisory_xact_lock($1::int, hashtext($2))
 """
 
-COUNT_RECENT_SIGN_IN_REQUESTS = """
-select count(*)
+# The newest $3 requests of the phone in the window: as many as the limit allows, and
+# the oldest of them says when the next one may be made.
+RECENT_SIGN_IN_REQUESTS = """
+select created_at
 from identity.sign_in_confirmation_requests
 where phone_number = $1 and created_at > $2
+order by created_at desc
+limit $3
 """
 
 INSERT_SIGN_IN_REQUEST = """

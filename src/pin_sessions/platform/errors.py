@@ -24,9 +24,13 @@ class AppError(Exception):
     status: ClassVar[int] = 500
     title: ClassVar[str] = "Internal error"
 
-    def __init__(self, detail: str | None = None, **extra: Any) -> None:
+    def __init__(
+        self, detail: str | None = None, *, retry_after: int | None = None, **extra: Any
+    ) -> None:
         super().__init__(detail or self.title)
         self.detail = detail or self.title
+        # Whole seconds before asking again is worth it; sent as ``Retry-After`` (RFC 9110).
+        self.retry_after = retry_after
         self.extra = extra
 
 

@@ -16,7 +16,13 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from pin_sessions.platform.auth import AuthenticationRequired, Authenticator, UserPrincipal
+from pin_sessions.platform.http.anonymous_id import (
+    ANONYMOUS_ID_HEADER,
+    anonymous_id_parameter,
+    parse_anonymous_id,
+)
 from pin_sessions.platform.http.client_address import request_client_ip
+from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity import history, operations
 from pin_sessions.user_activity.domain import (
@@ -42,7 +48,6 @@ from pin_sessions.user_activity.schemas import (
     ViewStarted,
 )
 
-ANONYMOUS_ID_HEADER = "x-anonymous-id"
 HEARTBEAT_PATH = "/api/user-activity/sessions/heartbeat"
 # Every device heartbeats once a minute: a log line for each success would drown the rest.
 # Metrics still count them; failures are still logged.
@@ -51,40 +56,53 @@ VIEW_BY_USER_PERMISSION = "user-activity.history.view-by-user"
 INTERNAL_SCOPE = "user-activity.internal"
 ADMIN_SCOPE = "admin"
 
+# Read by hand (`optional_anonymous_id`), so a missing or bad header is our 400, not a 422.
+OPTIONAL_DEVICE = parameters(anonymous_id_parameter(required=False))
+REQUIRED_DEVICE = parameters(anonymous_id_parameter(required=True))
 HEARTBEAT_OPENAPI: dict[str, Any] = {
-    "parameters": [
-        {
-            "name": "X-Anonymous-Id",
-            "in": "header",
-            "required": True,
-            "schema": {"type": "string", "format": "uuid"},
-        }
-    ],
+    **REQUIRED_DEVICE,
     "requestBody": {
         "required": False,
         "content": {"application/json": {"schema": HeartbeatRequest.model_json_schema()}},
     },
 }
+# Errors every guest-or-user route with a body can answer: a bad device header or JSON
+# (400), a bad Bearer token (401), a body over the limit (413) or refused (422), and a
+# database that did not answer in time (503).
+DEVICE_BODY_PROBLEMS = problems(400, 401, 413, 422, 503)
 
-# A plain string, parsed by `history.page_size`, so a bad limit is a 400 like a bad cursor.
-LimitParam = Annotated[
-    str | None,
-    Query(description=f"1 to {history.MAX_PAGE_SIZE}; {history.DEFAULT_PAGE_SIZE} when absent"),
-]
-CursorParam = Annotated[str | None, Query()]
+# A plain string, parsed by `history.page_size`, so a bad limit is a 400 like a bad cursor;
+# the document describes it as the integer it must be.
+LimitParam = Annotated[str | None, Query(include_in_schema=False)]
+CursorParam = Annotated[str | None, Query(include_in_schema=False)]
+LIMIT_PARAMETER = query_parameter(
+    "limit",
+    {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": history.MAX_PAGE_SIZE,
+        "default": history.DEFAULT_PAGE_SIZE,
+    },
+    f"1 to {history.MAX_PAGE_SIZE}; anything else is 400 USER_ACTIVITY_LIMIT_INVALID",
+)
+CURSOR_PARAMETER = query_parameter(
+    "cursor", {"type": "string"}, "The previous page's `nextCursor`; else 400"
+)
+PAGE_PARAMETERS = (LIMIT_PARAMETER, CURSOR_PARAMETER)
 
 
-def parse_anonymous_id(text: str, *, where: str = "X-Anonymous-Id") -> uuid.UUID:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise AnonymousIdInvalid(f"{where} must be a UUID") from None
+def device_id(text: str, *, where: str = ANONYMOUS_ID_HEADER) -> uuid.UUID:
+    """The device ``text`` names; a malformed or nil UUID is a 400."""
+    anonymous_id = parse_anonymous_id(text)
+    if anonymous_id is None:
+        raise AnonymousIdInvalid(f"{where} must be a UUID other than the nil UUID")
+    return anonymous_id
 
 
 # Dependencies are coroutines: FastAPI would run a plain function in a worker thread.
 async def optional_anonymous_id(request: Request) -> uuid.UUID | None:
     text = request.headers.get(ANONYMOUS_ID_HEADER)
-    return None if text is None else parse_anonymous_id(text)
+    return None if text is None else device_id(text)
 
 
 async def required_anonymous_id(request: Request) -> uuid.UUID:
@@ -117,6 +135,7 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
     db, clock = runtime.database, runtime.clock
     read_device = _device_reader(runtime)
     optional_user = authenticator.optional_user()
+    claimed_user = authenticator.claimed_user()
     # Defaults, not Annotated aliases: string annotations cannot see a local alias.
     guest_or_user = Depends(optional_user)
     signed_in = Depends(authenticator.user())
@@ -129,16 +148,22 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
     @router.post(
         HEARTBEAT_PATH.removeprefix(router.prefix),
         response_class=Response,
-        responses={200: {"model": HeartbeatAccepted, "description": "The session now"}},
+        responses={
+            200: {"model": HeartbeatAccepted, "description": "The session now"},
+            **DEVICE_BODY_PROBLEMS,
+        },
         openapi_extra=HEARTBEAT_OPENAPI,
     )
     async def heartbeat(request: Request) -> Response:
         """Extend the device's Active session; a new one starts when there is none."""
         anonymous_id = await required_anonymous_id(request)
+        # The token is judged as the shortcut judges it, by its content alone: extending
+        # a session must stay one UPDATE, so whether its session is live is not asked here.
+        await claimed_user(request)
         await _refuse_fields(request, HeartbeatRequest)
 
-        # Who is calling matters only for a restart, so the common path skips the
-        # Bearer check's database query.
+        # Who is calling matters only for a restart: then the Bearer check asks whether
+        # the token's session is live.
         async def newcomer() -> tuple[uuid.UUID | None, DeviceInfo]:
             return _user_id(await optional_user(request)), read_device(request)
 
@@ -150,7 +175,12 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
         )
         return Response(accepted.model_dump_json(by_alias=True), media_type="application/json")
 
-    @router.post("/sessions/start", response_model=SessionStarted)
+    @router.post(
+        "/sessions/start",
+        response_model=SessionStarted,
+        responses=DEVICE_BODY_PROBLEMS,
+        openapi_extra=OPTIONAL_DEVICE,
+    )
     async def start(
         request: Request,
         anonymous_id: OptionalDevice,
@@ -172,7 +202,12 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
             created=started.created,
         )
 
-    @router.post("/sessions/link", response_model=SessionLinked)
+    @router.post(
+        "/sessions/link",
+        response_model=SessionLinked,
+        responses=DEVICE_BODY_PROBLEMS,
+        openapi_extra=REQUIRED_DEVICE,
+    )
     async def link(
         request: Request,
         _body: Annotated[LinkRequest | None, Body()] = None,
@@ -193,7 +228,12 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
             switched=outcome.switched,
         )
 
-    @router.get("/sessions", response_model=History)
+    @router.get(
+        "/sessions",
+        response_model=History,
+        responses=problems(400, 401, 503),
+        openapi_extra=parameters(*PAGE_PARAMETERS, anonymous_id_parameter(required=False)),
+    )
     async def own_history(
         request: Request,
         limit: LimitParam = None,
@@ -214,7 +254,13 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
             )
         return _history(page)
 
-    @router.post("/actions", status_code=201, response_model=ActionRecorded)
+    @router.post(
+        "/actions",
+        status_code=201,
+        response_model=ActionRecorded,
+        responses=DEVICE_BODY_PROBLEMS,
+        openapi_extra=REQUIRED_DEVICE,
+    )
     async def record_action(
         request: Request,
         body: ActionRequest,
@@ -235,7 +281,13 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
         )
         return ActionRecorded(action_id=recorded.action_id, session_id=recorded.session_id)
 
-    @router.post("/property-views", status_code=201, response_model=ViewStarted)
+    @router.post(
+        "/property-views",
+        status_code=201,
+        response_model=ViewStarted,
+        responses=DEVICE_BODY_PROBLEMS,
+        openapi_extra=REQUIRED_DEVICE,
+    )
     async def start_view(
         request: Request,
         body: PropertyViewRequest,
@@ -256,7 +308,12 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
             view_id=started.view_id, session_id=started.session_id, started_at=started.started_at
         )
 
-    @router.post("/property-views/{viewId}/end", response_model=ViewEnded)
+    @router.post(
+        "/property-views/{viewId}/end",
+        response_model=ViewEnded,
+        responses=problems(400, 401, 404, 413, 422, 503),
+        openapi_extra=REQUIRED_DEVICE,
+    )
     async def end_view(
         view_id: Annotated[uuid.UUID, Path(alias="viewId")],
         _body: Annotated[EndViewRequest | None, Body()] = None,
@@ -272,7 +329,12 @@ def _public_router(runtime: Runtime, authenticator: Authenticator) -> APIRouter:
             duration_seconds=duration_seconds(ended.duration),
         )
 
-    @router.get("/users/{userId}/sessions", response_model=History)
+    @router.get(
+        "/users/{userId}/sessions",
+        response_model=History,
+        responses=problems(400, 401, 403, 422, 503),
+        openapi_extra=parameters(*PAGE_PARAMETERS),
+    )
     async def user_history(
         user_id: Annotated[uuid.UUID, Path(alias="userId")],
         limit: LimitParam = None,
@@ -296,14 +358,29 @@ def _internal_router(runtime: Runtime, authenticator: Authenticator) -> APIRoute
     Internal = Depends(authenticator.machine(INTERNAL_SCOPE))
     InternalOrAdmin = Depends(authenticator.machine(INTERNAL_SCOPE, ADMIN_SCOPE))
 
-    @router.get("/sessions/{anonymousId}/link", response_model=DeviceLink, dependencies=[Internal])
-    async def device_link(anonymous_id: Annotated[str, Path(alias="anonymousId")]) -> DeviceLink:
+    @router.get(
+        "/sessions/{anonymousId}/link",
+        response_model=DeviceLink,
+        dependencies=[Internal],
+        responses=problems(400, 401, 403, 404, 503),
+    )
+    async def device_link(
+        anonymous_id: Annotated[
+            str, Path(alias="anonymousId", json_schema_extra={"format": "uuid"})
+        ],
+    ) -> DeviceLink:
         """Which user the device is linked to now (for favorites)."""
         return DeviceLink.model_validate(
-            await history.device_link(db, parse_anonymous_id(anonymous_id, where="anonymousId"))
+            await history.device_link(db, device_id(anonymous_id, where="anonymousId"))
         )
 
-    @router.get("/users/{userId}/sessions", response_model=History, dependencies=[InternalOrAdmin])
+    @router.get(
+        "/users/{userId}/sessions",
+        response_model=History,
+        dependencies=[InternalOrAdmin],
+        responses=problems(400, 401, 403, 422, 503),
+        openapi_extra=parameters(*PAGE_PARAMETERS),
+    )
     async def user_history(
         user_id: Annotated[uuid.UUID, Path(alias="userId")],
         limit: LimitParam = None,

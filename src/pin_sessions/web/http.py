@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.errors import NotFound
+from pin_sessions.platform.http.openapi import problems
 
 DEV_STATS_PERMISSION = "dev-stats.view"
 E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
@@ -63,15 +64,19 @@ def static_bytes(name: str) -> bytes:
 
 
 def build_web_router(clock: Clock, dev_grants: PermissionGrants | None = None) -> APIRouter:
-    """The pages and their scripts; the dev grant route exists only when ``dev_grants`` is given."""
-    router = APIRouter(include_in_schema=False)
+    """The pages and their scripts; the dev grant route exists only when ``dev_grants`` is given.
+
+    Pages and scripts are not API operations, so the OpenAPI document leaves them out; the
+    dev grant route is one, and is documented whenever it is mounted.
+    """
+    router = APIRouter()
     files = {name: static_bytes(name) for name in STATIC_FILES}
     pages = {path: static_bytes(name) for path, name in PAGES.items()}
 
     def page(path: str) -> None:
         body = pages[path]
 
-        @router.get(path)
+        @router.get(path, include_in_schema=False)
         async def serve_page() -> Response:
             return Response(
                 body,
@@ -85,7 +90,7 @@ def build_web_router(clock: Clock, dev_grants: PermissionGrants | None = None) -
     for path in PAGES:
         page(path)
 
-    @router.get("/static/{name}")
+    @router.get("/static/{name}", include_in_schema=False)
     async def serve_static(name: str) -> Response:
         if name not in files:
             raise NotFound(f"no static file {name!r}")
@@ -96,7 +101,12 @@ def build_web_router(clock: Clock, dev_grants: PermissionGrants | None = None) -
     if dev_grants is not None:
         grants = dev_grants
 
-        @router.post("/dev/dev-stats/viewers", status_code=status.HTTP_204_NO_CONTENT)
+        @router.post(
+            "/dev/dev-stats/viewers",
+            status_code=status.HTTP_204_NO_CONTENT,
+            tags=["development"],
+            responses=problems(400, 413, 422, 503),
+        )
         async def grant_dev_viewer(body: DevViewerBody) -> Response:
             """Development only: let this phone's user read the dashboard after signing in."""
             await grants.grant_permissions(body.phone_number, [DEV_STATS_PERMISSION], clock.now())

@@ -8,8 +8,10 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 from starlette.middleware import Middleware
 
+from pin_sessions.platform.http.head import HeadAsGet
 from pin_sessions.platform.http.health import build_health_router
 from pin_sessions.platform.http.middleware import RequestContextMiddleware
+from pin_sessions.platform.http.openapi import install_problem_schema
 from pin_sessions.platform.http.problems import install_problem_handlers
 from pin_sessions.platform.metrics import HttpMetrics
 from pin_sessions.platform.runtime import Runtime
@@ -50,10 +52,12 @@ def create_http_app(
         redoc_url=None,
     )
     install_problem_handlers(app)
+    install_problem_schema(app)
     app.include_router(build_health_router(runtime))
     for router in routers:
         app.include_router(router)
     # The middleware added last runs first.
+    app.add_middleware(HeadAsGet)
     for shortcut in reversed(shortcuts):
         app.add_middleware(shortcut.cls, *shortcut.args, **shortcut.kwargs)
     app.add_middleware(

@@ -7,8 +7,10 @@ import asyncio
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 
 from pin_sessions.platform.errors import ServiceUnavailable
+from pin_sessions.platform.http.openapi import problems
 from pin_sessions.platform.http.problems import problem_response
 from pin_sessions.platform.metrics import CONTENT_TYPE_LATEST, render
 from pin_sessions.platform.migrations import pending_migrations
@@ -19,17 +21,22 @@ log = structlog.get_logger(__name__)
 READINESS_TIMEOUT_SECONDS = 2.0
 
 
+class Status(BaseModel):
+    status: str
+
+
 def build_health_router(runtime: Runtime) -> APIRouter:
     router = APIRouter(tags=["operations"])
 
     @router.get("/healthz", summary="The process is alive")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> Status:
+        return Status(status="ok")
 
     @router.get(
         "/readyz",
         summary="The database answers and its migrations are current",
-        responses={503: {"description": "Not ready"}},
+        response_model=Status,
+        responses=problems(503),
     )
     async def readyz(request: Request) -> Response:
         try:
@@ -48,7 +55,12 @@ def build_health_router(runtime: Runtime) -> APIRouter:
             )
         return JSONResponse({"status": "ready"})
 
-    @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    @router.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    )
     async def metrics() -> Response:
         return Response(render(runtime.registry), media_type=CONTENT_TYPE_LATEST)
 

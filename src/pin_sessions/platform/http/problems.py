@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -9,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
+from starlette.routing import Match
 
 from pin_sessions.platform.errors import (
     AppError,
@@ -22,6 +24,8 @@ from pin_sessions.platform.errors import (
 log = structlog.get_logger(__name__)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+# HEAD is served wherever GET is (``head.py``); OPTIONS and TRACE by no route.
+_ROUTABLE_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
 def problem_response(
@@ -31,8 +35,13 @@ def problem_response(
     status: int | None = None,
     detail: str | None = None,
     extra: dict[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    """Render ``error`` (a class or an instance) as problem+json for ``request``."""
+    """Render ``error`` (a class or an instance) as problem+json for ``request``.
+
+    Every 401 says how to authenticate (``WWW-Authenticate``); an error that knows when
+    asking again is worth it says so (``Retry-After``).
+    """
     status = status or error.status
     body: dict[str, Any] = {
         "type": f"urn:problem:pin:{error.code}",
@@ -48,8 +57,14 @@ def problem_response(
     if isinstance(error, AppError):
         body.update(error.extra)
     body.update(extra or {})
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
+    response_headers = dict(headers or {})
+    if status == 401:
+        response_headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(error, AppError) and error.retry_after is not None:
+        response_headers["Retry-After"] = str(error.retry_after)
+    return JSONResponse(
+        body, status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=response_headers
+    )
 
 
 def app_error_response(request: Request, exc: AppError) -> JSONResponse:
@@ -80,10 +95,32 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if isinstance(exc.__cause__, PayloadTooLarge):
         return problem_response(request, exc.__cause__)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
     known = {404: NotFound, 405: MethodNotAllowed, 400: MalformedRequest}.get(exc.status_code)
     if known is not None:
-        return problem_response(request, known, detail=str(exc.detail))
-    return problem_response(request, AppError, status=exc.status_code, detail=str(exc.detail))
+        return problem_response(request, known, detail=str(exc.detail), headers=headers)
+    return problem_response(
+        request, AppError, status=exc.status_code, detail=str(exc.detail), headers=headers
+    )
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this request's path, HEAD wherever GET is.
+
+    Starlette's 405 names the methods of the first route whose path matched only, while
+    one path may be served by several routes (GET and DELETE of ``/api/identity/sessions``).
+    So each method is put to the router's routes, as it would be routed.
+    """
+    routes = request.app.router.routes
+
+    def served(method: str) -> bool:
+        probe = {**request.scope, "method": method}
+        return any(route.matches(probe)[0] is Match.FULL for route in routes)
+
+    methods = [method for method in _ROUTABLE_METHODS if served(method)]
+    return sorted([*methods, "HEAD"] if "GET" in methods else methods)
 
 
 def install_problem_handlers(app: FastAPI) -> None:
