@@ -1,14 +1,13 @@
 """The composition root: settings in, a wired process out.
 
-Nothing connects or reads the environment at import time; each CLI command calls
-these functions once, with explicit arguments.
+Nothing here connects at import time or reads the environment: each CLI command loads
+the settings and calls these functions once, with explicit arguments.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,7 +41,7 @@ from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
-from pin_sessions.settings import Settings, load_settings
+from pin_sessions.settings import Settings
 from pin_sessions.user_activity.consumers import SignedInConsumer
 from pin_sessions.user_activity.heartbeat_shortcut import HeartbeatShortcut
 from pin_sessions.user_activity.http import QUIET_PATHS as USER_ACTIVITY_QUIET_PATHS
@@ -198,15 +197,6 @@ def build_api(runtime: Runtime) -> FastAPI:
     )
 
 
-def api_from_environment() -> FastAPI:
-    """uvicorn factory for ``serve --workers N``: each worker process wires itself."""
-    settings = load_settings()
-    dsn = os.environ.get("PIN_DATABASE_URL")
-    if dsn is None:
-        raise RuntimeError("serve --workers needs PIN_DATABASE_URL set by the parent process")
-    return build_api(build_runtime(settings, dsn))
-
-
 def _polling(runtime: Runtime, job: Job[Any], interval: timedelta) -> PollingWorker[Any]:
     return PollingWorker(job, clock=runtime.clock, interval=interval, registry=runtime.registry)
 
@@ -260,45 +250,23 @@ CONSUMERS: dict[str, Callable[[CollectorRegistry], Handler]] = {
 }
 
 
-def build_consumer(
-    runtime: Runtime,
-    name: str,
-    metrics: MessagingMetrics,
-    *,
-    pause_before_progress_seconds: float = 0.0,
-) -> Role:
-    """The consumer on Kafka when PIN_KAFKA_BOOTSTRAP_SERVERS is set, else on the PostgreSQL bus.
-
-    ``pause_before_progress_seconds`` is a test-only hook (see ``PostgresBusConsumer``).
-    """
+def build_consumer(runtime: Runtime, name: str, metrics: MessagingMetrics) -> Role:
+    """The consumer on Kafka when PIN_KAFKA_BOOTSTRAP_SERVERS is set, else on the PostgreSQL bus."""
     handler = CONSUMERS[name](runtime.registry)
     runner = ConsumerRunner(handler, runtime.database, runtime.clock, metrics)
     bootstrap_servers = runtime.settings.kafka_bootstrap_servers
     if bootstrap_servers:
         return KafkaConsumer(runner, bootstrap_servers, metrics)
     return PostgresBusConsumer(
-        runner,
-        runtime.database,
-        runtime.clock,
-        metrics,
-        all_consumers=sorted(CONSUMERS),
-        pause_before_progress_seconds=pause_before_progress_seconds,
+        runner, runtime.database, runtime.clock, metrics, all_consumers=sorted(CONSUMERS)
     )
 
 
-def build_relay(
-    runtime: Runtime, metrics: MessagingMetrics, *, pause_before_progress_seconds: float = 0.0
-) -> OutboxRelay:
+def build_relay(runtime: Runtime, metrics: MessagingMetrics) -> OutboxRelay:
     bootstrap_servers = runtime.settings.kafka_bootstrap_servers
     if not bootstrap_servers:
         raise ValueError("the relay needs PIN_KAFKA_BOOTSTRAP_SERVERS")
-    return OutboxRelay(
-        runtime.database,
-        runtime.clock,
-        metrics,
-        bootstrap_servers,
-        pause_before_progress_seconds=pause_before_progress_seconds,
-    )
+    return OutboxRelay(runtime.database, runtime.clock, metrics, bootstrap_servers)
 
 
 def build_delivery_roles(runtime: Runtime) -> list[Role]:

@@ -2,8 +2,9 @@
 
 Values come from ``PIN_*`` environment variables, nested groups with ``__``
 (``PIN_EXPIRE_SESSIONS__BATCH_SIZE``). Durations accept seconds or ISO-8601
-(``PT5M``). Tests build settings from an explicit mapping with
-:func:`load_settings`; nothing here reads the environment at import time.
+(``PT5M``). :func:`load_settings` is the one way in: the command line passes it the
+process environment, tests an explicit mapping, and both take the same path. Nothing here
+reads the environment itself.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "PIN_"
 NESTED_DELIMITER = "__"
@@ -145,15 +145,10 @@ def _network_list(value: Any) -> Any:
     return networks
 
 
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """Everything the processes read from their environment."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter=NESTED_DELIMITER,
-        frozen=True,
-        extra="ignore",
-    )
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     database_url: SecretStr | None = None
     data_dir: Path = Path(".pin")
@@ -163,11 +158,12 @@ class Settings(BaseSettings):
     refresh_reuse_interval: Annotated[Duration, AfterValidator(_not_negative)] = timedelta(
         seconds=10
     )
-    dev_codes: bool = False
+    # None when PIN_DEV_CODES is unset: off, except that `up` turns it on outside prod.
+    dev_codes: bool | None = None
     metrics_port: Annotated[int, Field(ge=0, le=65535)] | None = None
     log_level: str = "info"
     # Peers whose X-Forwarded-For is believed; from anyone else it is ignored.
-    trusted_proxies: Annotated[tuple[IpNetwork, ...], NoDecode, BeforeValidator(_network_list)] = ()
+    trusted_proxies: Annotated[tuple[IpNetwork, ...], BeforeValidator(_network_list)] = ()
 
     expire_sessions: ExpireSessionsSettings = ExpireSessionsSettings()
     session_retention: SessionRetentionSettings = SessionRetentionSettings()
@@ -212,18 +208,16 @@ class SettingsError(Exception):
     """Settings could not be loaded; ``str()`` is one line per broken rule."""
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Build settings from ``environ`` (the process environment when None)."""
+def load_settings(environ: Mapping[str, str]) -> Settings:
+    """Build settings from the ``PIN_*`` variables of ``environ``; other variables are ignored."""
     try:
-        if environ is None:
-            return Settings()
         return Settings.model_validate(_nest(environ))
     except ValidationError as exc:
         raise SettingsError("\n".join(_describe(error) for error in exc.errors())) from exc
 
 
 def _nest(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Turn ``PIN_A__B=v`` into ``{"a": {"b": "v"}}`` the way pydantic-settings does."""
+    """Turn ``PIN_A__B=v`` into ``{"a": {"b": "v"}}``: a group's fields nest under its name."""
     nested: dict[str, Any] = {}
     for key, value in environ.items():
         if not key.startswith(ENV_PREFIX):

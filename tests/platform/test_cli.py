@@ -9,6 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pin_sessions.cli.up import with_up_defaults
+from pin_sessions.settings import load_settings
 from tests.conftest import TEST_JWT_SECRET
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
 
@@ -65,6 +67,25 @@ def test_up_on_embedded_postgres_keeps_data_and_refuses_a_second_up(tmp_path: Pa
     finally:
         _stop(restart, signal.SIGINT)
     assert restart.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("environ", "readable"),
+    [
+        ({}, True),
+        ({"PIN_DEV_CODES": "0"}, False),
+        ({"PIN_DEV_CODES": "1"}, True),
+        (
+            {"PIN_ENV": "prod", "PIN_JWT_SECRET": "x" * 40, "PIN_DATABASE_URL": "postgresql://db"},
+            False,
+        ),
+    ],
+)
+def test_up_shows_sign_in_codes_unless_pin_dev_codes_or_prod_says_otherwise(
+    environ: dict[str, str], readable: bool
+) -> None:
+    """SPEC §2: PIN_DEV_CODES defaults to 0, and `up` sets 1; the settings alone decide."""
+    assert bool(with_up_defaults(load_settings(environ)).dev_codes) is readable
 
 
 def test_a_bad_setting_exits_2_naming_the_variable(tmp_path: Path) -> None:
@@ -137,6 +158,21 @@ def test_serve_runs_the_api_only(database_url: str, tmp_path: Path) -> None:
     )
     wait_until_ready(f"http://127.0.0.1:{port}", process)
     _, err = _stop(process, signal.SIGTERM)
+    assert process.returncode == 0, err
+
+
+def test_serve_with_workers_wires_each_worker_from_the_environment_it_inherits(
+    tmp_path: Path,
+) -> None:
+    """Each uvicorn worker builds its own API; on the embedded database it finds the parent's."""
+    port = free_port()
+    process = pin_sessions(
+        "serve", "--port", str(port), "--workers", "2", env={"PIN_DATA_DIR": str(tmp_path)}
+    )
+    try:
+        wait_until_ready(f"http://127.0.0.1:{port}", process)
+    finally:
+        _, err = _stop(process, signal.SIGTERM)
     assert process.returncode == 0, err
 
 

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from pin_sessions.settings import Environment, SettingsError, load_settings
+from pin_sessions.settings import Environment, Settings, SettingsError, load_settings
 
 
 def test_defaults_follow_the_spec() -> None:
@@ -13,7 +13,7 @@ def test_defaults_follow_the_spec() -> None:
     assert settings.database_url is None
     assert str(settings.data_dir) == ".pin"
     assert settings.refresh_reuse_interval == timedelta(seconds=10)
-    assert settings.dev_codes is False
+    assert settings.dev_codes is None  # unset: off, except that `up` turns it on
     assert settings.expire_sessions.polling_interval == timedelta(minutes=5)
     assert settings.expire_sessions.batch_size == 5000
     assert settings.expire_sessions.max_run_duration == timedelta(minutes=2)
@@ -115,3 +115,13 @@ def test_prod_accepts_any_non_empty_secret_and_flags_a_short_one() -> None:
 def test_variables_of_other_programs_are_ignored() -> None:
     settings = load_settings({"HOME": "/root", "PIN_DEV_CODES": "1"})
     assert settings.dev_codes is True
+
+
+def test_settings_never_read_the_process_environment_on_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """load_settings(environ) is the one way in: the CLI hands it os.environ, tests a mapping."""
+    monkeypatch.setenv("PIN_ENV", "staging")
+    monkeypatch.setenv("PIN_EXPIRE_SESSIONS__BATCH_SIZE", "7")
+    settings = Settings()
+    assert (settings.env, settings.expire_sessions.batch_size) == (Environment.DEV, 5000)

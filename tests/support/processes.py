@@ -10,9 +10,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import IO
 
 import httpx
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -25,15 +28,23 @@ def free_port() -> int:
 def pin_sessions(
     *args: str, env: Mapping[str, str], output: IO[str] | None = None
 ) -> subprocess.Popen[str]:
-    """Start ``python -m pin_sessions ARGS`` with exactly ``env`` layered over PATH and HOME.
+    """Start ``python -m pin_sessions ARGS`` with exactly ``env`` layered over PATH and HOME."""
+    return python_module("pin_sessions", *args, env=env, output=output)
+
+
+def python_module(
+    module: str, *args: str, env: Mapping[str, str], output: IO[str] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``python -m MODULE ARGS`` from the project root (so ``tests.*`` modules resolve).
 
     stdout and stderr are pipes, or ``output`` when given: a long run that nobody reads
     would fill a pipe and block.
     """
     base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
     return subprocess.Popen(
-        [sys.executable, "-m", "pin_sessions", *args],
+        [sys.executable, "-m", module, *args],
         env={**base, **env},
+        cwd=PROJECT_ROOT,
         stdout=output or subprocess.PIPE,
         stderr=output or subprocess.PIPE,
         text=True,

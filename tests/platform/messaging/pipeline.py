@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pin_sessions.platform.runtime import Runtime
 from tests.conftest import T0
 from tests.platform.messaging.proxy import CuttableProxy
 from tests.support.kafka import TansuBroker
+from tests.support.waiting import wait_until
 
 POSTGRES, KAFKA = "postgres", "kafka"
 
@@ -193,16 +193,15 @@ async def eventually(
     check: Callable[[], Awaitable[bool]], *, timeout: float = 90.0, tasks: Sequence[Any] = ()
 ) -> None:
     """Wait until ``check`` holds; a role that died meanwhile fails the test at once."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    async def holds() -> bool:
         for task in tasks:
             if task.done():
                 task.result()
                 raise AssertionError(f"role {task.get_name()} stopped early")
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached in time")
+        return await check()
+
+    await wait_until(holds, timeout=timeout)
 
 
 def sample(runtime: Runtime, metric: str, **labels: str) -> float:

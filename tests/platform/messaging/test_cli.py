@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
-import time
 
 import httpx
 
 from tests.support.processes import free_port, pin_sessions
+from tests.support.waiting import wait_until
 
 
-def _metrics(port: int) -> str:
-    for _ in range(600):
+async def _metrics(port: int) -> str:
+    """The first exposition that carries the delivery metrics, once the process serves it."""
+    served: list[str] = []
+
+    async def delivery_metrics_served() -> bool:
         try:
-            response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1)
-            if "pin_outbox_pending" in response.text:
-                return response.text
+            async with httpx.AsyncClient() as client:
+                response = await client.get(f"http://127.0.0.1:{port}/metrics", timeout=1)
         except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("no delivery metrics were served")
+            return False
+        served.append(response.text)
+        return "pin_outbox_pending" in response.text
+
+    await wait_until(delivery_metrics_served, timeout=60, interval=0.1)
+    return served[-1]
 
 
-def test_a_consumer_serves_its_metrics_and_stops_gracefully_on_sigterm(
+async def test_a_consumer_serves_its_metrics_and_stops_gracefully_on_sigterm(
     settings_env: dict[str, str],
 ) -> None:
     port = free_port()
@@ -30,11 +36,11 @@ def test_a_consumer_serves_its_metrics_and_stops_gracefully_on_sigterm(
         "consume", "dev-stats-session-ended", "--metrics-port", str(port), env=settings_env
     )
     try:
-        text = _metrics(port)
+        text = await _metrics(port)
         assert 'pin_outbox_pending{reader="dev-stats-session-ended"} 0.0' in text
         assert 'pin_outbox_lag_seconds{reader="dev-stats-session-ended"} 0.0' in text
         process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
+        _, err = await asyncio.to_thread(process.communicate, timeout=30)
         assert process.returncode == 0, err
         assert '"event": "consumer stopped"' in err
     finally:

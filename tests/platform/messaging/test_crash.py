@@ -23,24 +23,28 @@ from tests.platform.messaging.pipeline import (
     sample,
     session_ended,
 )
-from tests.support.processes import pin_sessions
+from tests.support.paused_delivery import PAUSED
+from tests.support.processes import python_module
 
 EVENTS = 20
-PAUSE_MARKER = "test hook: pausing before recording progress"
 
 
-def _wait_for_marker(process: subprocess.Popen[str]) -> None:
+def _wait_for_pause(process: subprocess.Popen[str]) -> None:
     assert process.stderr is not None
+    seen: list[str] = []
     for line in process.stderr:
-        if PAUSE_MARKER in line:
+        if PAUSED in line:
             return
-    raise AssertionError(f"process exited ({process.wait()}) before reaching the pause")
+        seen.append(line)
+    tail = "".join(seen[-20:])
+    raise AssertionError(f"process exited ({process.wait()}) before reaching the pause: {tail}")
 
 
 async def _kill_inside_the_window(*args: str, env: dict[str, str]) -> None:
-    process = pin_sessions(*args, env={**env, "PIN_TEST_PAUSE_BEFORE_PROGRESS": "600"})
+    """Run the role as its own process, and SIGKILL it once it waits to record progress."""
+    process = python_module("tests.support.paused_delivery", *args, env=env)
     try:
-        await asyncio.wait_for(asyncio.to_thread(_wait_for_marker, process), timeout=120)
+        await asyncio.wait_for(asyncio.to_thread(_wait_for_pause, process), timeout=120)
         process.send_signal(signal.SIGKILL)
     finally:
         process.kill()

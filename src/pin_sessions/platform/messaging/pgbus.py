@@ -98,7 +98,6 @@ class PostgresBusConsumer:
         batch_size: int = 200,
         prune_batch_size: int = 1000,
         idle_seconds: float = 0.1,
-        pause_before_progress_seconds: float = 0.0,
     ) -> None:
         self.name = f"consume.{runner.consumer}"
         self._runner = runner
@@ -109,8 +108,6 @@ class PostgresBusConsumer:
         self._batch_size = batch_size
         self._prune_batch_size = prune_batch_size
         self._idle_seconds = idle_seconds
-        # Test-only: widens the window between the effects' commit and the position move.
-        self._pause_before_progress = pause_before_progress_seconds
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("consumer started", consumer=self._runner.consumer, bus="postgres")
@@ -147,9 +144,6 @@ class PostgresBusConsumer:
                     if row["topic"] == self._runner.handler.topic
                 ]
             )
-            if self._pause_before_progress:
-                log.warning("test hook: pausing before recording progress", consumer=consumer)
-                await asyncio.sleep(self._pause_before_progress)
             cursor = (rows[-1]["txid"], rows[-1]["position"])
             await conn.execute(UPSERT_POSITION, consumer, cursor[0], cursor[1], now)
             await self._prune(conn)

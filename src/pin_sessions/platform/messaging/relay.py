@@ -86,7 +86,6 @@ class OutboxRelay:
         delete_batch_size: int = 1000,
         idle_seconds: float = 0.1,
         message_timeout_ms: int = 10_000,
-        pause_before_progress_seconds: float = 0.0,
     ) -> None:
         self._database = database
         self._clock = clock
@@ -98,8 +97,6 @@ class OutboxRelay:
         self._batch_size = batch_size
         self._delete_batch_size = delete_batch_size
         self._idle_seconds = idle_seconds
-        # Test-only: widens the window between the broker's ack and marking the rows sent.
-        self._pause_before_progress = pause_before_progress_seconds
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("relay started")
@@ -132,9 +129,6 @@ class OutboxRelay:
         if rows:
             messages = [(row["position"], from_outbox_row(row)) for row in rows]
             acked, failed, error = await self._publish(messages)
-            if acked and self._pause_before_progress:
-                log.warning("test hook: pausing before recording progress", acked=len(acked))
-                await asyncio.sleep(self._pause_before_progress)
             if acked:
                 await conn.execute(MARK_SENT, acked, self._clock.now())
                 await conn.execute(DELETE_SENT, self._delete_batch_size)

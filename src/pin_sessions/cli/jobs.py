@@ -8,48 +8,49 @@ and prints the result as one JSON object on stdout; a pass that raised exits 1.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from prometheus_client import start_http_server
 
 from pin_sessions.bootstrap import JOB_WORKERS, build_runtime, database_endpoint, worker_database
+from pin_sessions.cli.common import EXIT_FAILURE, add_metrics_port, metrics_endpoint, metrics_port
 from pin_sessions.platform.process import install_stop_signals, run_roles
 from pin_sessions.platform.tracing import process_tracing
 
 if TYPE_CHECKING:
+    import argparse
+
+    from prometheus_client import CollectorRegistry
+
+    from pin_sessions.cli.common import Commands
     from pin_sessions.platform.jobs import PollingWorker
     from pin_sessions.settings import Settings
 
 log = structlog.get_logger("pin_sessions.cli")
 
-EXIT_FAILURE = 1
 # A stop waits for the statement in flight; chunks are bounded by BatchSize, so this is
 # a backstop against a wedged connection, not a deadline the job is expected to meet.
 JOB_STOP_GRACE_SECONDS = 60.0
-# Scraped by Prometheus from another machine; the metrics carry no personal data.
-METRICS_ADDRESS = "0.0.0.0"  # noqa: S104
 
 
-def add_job_parser(commands: Any) -> None:
-    """Register the ``job`` command on the CLI's subparsers."""
+def add_parsers(commands: Commands) -> None:
     job = commands.add_parser("job", help="run one background job")
     job.add_argument("name", choices=sorted(JOB_WORKERS))
     job.add_argument("--once", action="store_true", help="one pass, result as JSON on stdout")
-    job.add_argument("--metrics-port", type=int, default=None, help="Prometheus port")
+    add_metrics_port(job)
+    job.set_defaults(run=run)
 
 
-def run_job_command(settings: Settings, args: argparse.Namespace) -> int:
-    port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    port = metrics_port(settings, args)
     with process_tracing(f"job.{args.name}", os.environ), database_endpoint(settings) as dsn:
         runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=2))
         worker = JOB_WORKERS[args.name](runtime)
 
-        async def run() -> int:
+        async def run_job() -> int:
             await runtime.database.open()
             try:
                 if args.once:
@@ -59,7 +60,7 @@ def run_job_command(settings: Settings, args: argparse.Namespace) -> int:
             finally:
                 await runtime.database.close()
 
-        return asyncio.run(run())
+        return asyncio.run(run_job())
 
 
 async def _run_once(worker: PollingWorker[Any]) -> int:
@@ -74,16 +75,11 @@ async def _run_once(worker: PollingWorker[Any]) -> int:
     return 0 if result.succeeded else EXIT_FAILURE
 
 
-async def _run_loop(worker: PollingWorker[Any], registry: Any, port: int | None) -> None:
+async def _run_loop(
+    worker: PollingWorker[Any], registry: CollectorRegistry, port: int | None
+) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
-    server = None
-    if port is not None:
-        server, _thread = start_http_server(port, addr=METRICS_ADDRESS, registry=registry)
-        log.info("metrics listening", port=server.server_port)
-    try:
+    with metrics_endpoint(port, registry):
         await run_roles([worker], stop, grace_seconds=JOB_STOP_GRACE_SECONDS)
-    finally:
-        if server is not None:
-            server.shutdown()
     log.info("stopped", role=worker.name)

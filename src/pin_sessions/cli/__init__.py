@@ -1,0 +1,55 @@
+"""``pin-sessions`` — every role of the service from one command line (SPEC §2).
+
+Exit status: 0 success, 1 runtime failure, 2 bad settings or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import structlog
+
+from pin_sessions.cli import jobs, messaging, migrate, serve, tokens, up, users
+from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, Command
+from pin_sessions.platform.embedded import DatabaseLost, DataDirBusy
+from pin_sessions.platform.logging import configure_logging
+from pin_sessions.settings import RECOMMENDED_JWT_SECRET_LENGTH, SettingsError, load_settings
+
+log = structlog.get_logger("pin_sessions.cli")
+
+# In the order `--help` lists them; each module registers its commands and their `run`.
+COMMAND_GROUPS = (up, migrate, serve, jobs, messaging, tokens, users)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pin-sessions", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for group in COMMAND_GROUPS:
+        group.add_parsers(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The program: settings from the process environment, then the command's ``run``."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(os.environ)
+    except SettingsError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(settings.log_level)
+    if settings.jwt_secret_is_short:
+        # That it is short is all that is said: the value never reaches a log.
+        log.warning(
+            "PIN_JWT_SECRET is shorter than recommended for HS256",
+            recommendedLength=RECOMMENDED_JWT_SECRET_LENGTH,
+        )
+    command: Command = args.run
+    try:
+        return command(settings, args)
+    except (DataDirBusy, DatabaseLost) as exc:
+        print(f"pin-sessions: {exc}", file=sys.stderr)
+        return EXIT_FAILURE

@@ -1,0 +1,85 @@
+"""``pin-sessions relay`` and ``pin-sessions consume NAME`` (SPEC §2, §6, §7).
+
+Each runs until SIGINT/SIGTERM, serving Prometheus metrics on ``--metrics-port`` or
+``PIN_METRICS_PORT``. ``consume`` reads Kafka when ``PIN_KAFKA_BOOTSTRAP_SERVERS`` is set,
+else the built-in PostgreSQL bus; ``relay`` needs Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import structlog
+
+from pin_sessions.bootstrap import (
+    CONSUMERS,
+    build_consumer,
+    build_relay,
+    build_runtime,
+    database_endpoint,
+    worker_database,
+)
+from pin_sessions.cli.common import EXIT_USAGE, add_metrics_port, metrics_endpoint, metrics_port
+from pin_sessions.platform.messaging.metrics import MessagingMetrics
+from pin_sessions.platform.process import Role, install_stop_signals, run_roles
+from pin_sessions.platform.tracing import process_tracing
+
+if TYPE_CHECKING:
+    import argparse
+
+    from pin_sessions.cli.common import Commands
+    from pin_sessions.platform.runtime import Runtime
+    from pin_sessions.settings import Settings
+
+log = structlog.get_logger("pin_sessions.cli")
+
+STOP_GRACE_SECONDS = 10.0
+# A batch holds one connection while the runner applies it on another; 4 leaves room.
+POOL_SIZE = 4
+
+
+def add_parsers(commands: Commands) -> None:
+    relay = commands.add_parser("relay", help="publish the outbox to Kafka")
+    add_metrics_port(relay)
+    relay.set_defaults(run=run)
+    consume = commands.add_parser("consume", help="run one integration-event consumer")
+    consume.add_argument("name", choices=sorted(CONSUMERS))
+    add_metrics_port(consume)
+    consume.set_defaults(run=run)
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    if args.command == "relay" and not settings.kafka_bootstrap_servers:
+        print("pin-sessions: relay needs PIN_KAFKA_BOOTSTRAP_SERVERS", file=sys.stderr)
+        return EXIT_USAGE
+    role_name = "relay" if args.command == "relay" else f"consume.{args.name}"
+    port = metrics_port(settings, args)
+    with process_tracing(role_name, os.environ), database_endpoint(settings) as dsn:
+        runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=POOL_SIZE))
+        role = delivery_role(runtime, args)
+        with metrics_endpoint(port, runtime.registry):
+            asyncio.run(run_role(runtime, role))
+        log.info("stopped", role=role.name)
+    return 0
+
+
+def delivery_role(runtime: Runtime, args: argparse.Namespace) -> Role:
+    """The relay, or the consumer ``args`` names, with its metrics on the runtime's registry."""
+    metrics = MessagingMetrics.register(runtime.registry)
+    if args.command == "relay":
+        return build_relay(runtime, metrics)
+    return build_consumer(runtime, args.name, metrics)
+
+
+async def run_role(runtime: Runtime, role: Role) -> None:
+    """Open the database and run ``role`` until SIGINT/SIGTERM."""
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    await runtime.database.open()
+    try:
+        await run_roles([role], stop, grace_seconds=STOP_GRACE_SECONDS)
+    finally:
+        await runtime.database.close()

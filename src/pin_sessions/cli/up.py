@@ -1,0 +1,103 @@
+"""``pin-sessions up [--host] [--port]``: everything on one machine.
+
+The database (embedded unless ``PIN_DATABASE_URL`` names one), its migrations, the API and
+every worker run as roles of this one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import structlog
+
+from pin_sessions.bootstrap import (
+    JOB_WORKERS,
+    api_database,
+    build_delivery_roles,
+    build_runtime,
+    open_database_endpoint,
+    worker_database,
+)
+from pin_sessions.cli.serve import DEFAULT_HOST, DEFAULT_PORT, STOP_GRACE_SECONDS, api_role
+from pin_sessions.platform.embedded import DataDirLock, PostmasterWatch
+from pin_sessions.platform.migrations import migrate
+from pin_sessions.platform.process import Role, install_stop_signals, run_roles
+from pin_sessions.platform.tracing import process_tracing
+from pin_sessions.settings import Environment
+
+if TYPE_CHECKING:
+    import argparse
+
+    from pin_sessions.cli.common import Commands
+    from pin_sessions.platform.runtime import Runtime
+    from pin_sessions.settings import Settings
+
+log = structlog.get_logger("pin_sessions.cli")
+
+# Four jobs and the delivery roles, each using one connection at a time.
+UP_WORKERS_POOL_SIZE = 8
+
+
+def add_parsers(commands: Commands) -> None:
+    up = commands.add_parser("up", help="everything on one machine: database, migrations, API")
+    up.add_argument("--host", default=DEFAULT_HOST)
+    up.add_argument("--port", type=int, default=DEFAULT_PORT)
+    up.set_defaults(run=run)
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    with process_tracing("up", os.environ):
+        return _up(with_up_defaults(settings), args.host, args.port)
+
+
+def with_up_defaults(settings: Settings) -> Settings:
+    """``up`` is the developer's machine: sign-in codes are readable unless said otherwise.
+
+    An unset ``PIN_DEV_CODES`` becomes 1 here, outside prod; a set one is kept as it is.
+    """
+    if settings.dev_codes is not None or settings.env is Environment.PROD:
+        return settings
+    return settings.model_copy(update={"dev_codes": True})
+
+
+def _up(settings: Settings, host: str, port: int) -> int:
+    with DataDirLock(settings.data_dir), open_database_endpoint(settings) as endpoint:
+        dsn = endpoint.dsn
+        # The workers share one pool; the API gets its own, bounded one (SPEC §9), so a
+        # job's long batch never waits behind requests, nor requests behind a batch.
+        runtime = build_runtime(
+            settings, dsn, database=worker_database(dsn, max_size=UP_WORKERS_POOL_SIZE)
+        )
+        api_runtime = replace(runtime, database=api_database(settings, dsn))
+        # `up` owns an embedded server: when it dies, the watch starts it again or, failing
+        # that, raises DatabaseLost, which stops every role and exits 1.
+        watch = [] if endpoint.embedded is None else [PostmasterWatch(endpoint.embedded)]
+        asyncio.run(_run_up(runtime, api_runtime, host, port, watch))
+    log.info("stopped")
+    return 0
+
+
+async def _run_up(
+    runtime: Runtime, api_runtime: Runtime, host: str, port: int, extra_roles: Sequence[Role]
+) -> None:
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    await runtime.database.open()
+    try:
+        async with runtime.database.connection() as conn:
+            await migrate(conn)
+        # The jobs, consumers and relay share the runtime's registry, so their metrics show
+        # on the API's /metrics.
+        roles: list[Role] = [
+            api_role(api_runtime, host, port),
+            *(build_worker(runtime) for build_worker in JOB_WORKERS.values()),
+            *build_delivery_roles(runtime),
+            *extra_roles,
+        ]
+        await run_roles(roles, stop, grace_seconds=STOP_GRACE_SECONDS)
+    finally:
+        await runtime.database.close()
