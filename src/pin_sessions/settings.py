@@ -3,14 +3,16 @@
 Values come from ``PIN_*`` environment variables, nested groups with ``__``
 (``PIN_EXPIRE_SESSIONS__BATCH_SIZE``). Durations accept seconds or ISO-8601
 (``PT5M``). :func:`load_settings` is the one way in: the command line passes it the
-process environment, tests an explicit mapping, and both take the same path. Nothing here
-reads the environment itself.
+process environment, tests an explicit mapping, and both take the same path —
+pydantic-settings' reading of environment variables, given the mapping instead of
+``os.environ``. Nothing here reads the environment itself.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
@@ -18,6 +20,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import Annotated, Any
 
+import pydantic_settings
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -27,6 +30,13 @@ from pydantic import (
     SecretStr,
     ValidationError,
     model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
 )
 
 ENV_PREFIX = "PIN_"
@@ -145,10 +155,15 @@ def _network_list(value: Any) -> Any:
     return networks
 
 
-class Settings(BaseModel):
+class Settings(BaseSettings):
     """Everything the processes read from their environment."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=NESTED_DELIMITER,
+        frozen=True,
+        extra="ignore",
+    )
 
     database_url: SecretStr | None = None
     data_dir: Path = Path(".pin")
@@ -163,7 +178,7 @@ class Settings(BaseModel):
     metrics_port: Annotated[int, Field(ge=0, le=65535)] | None = None
     log_level: str = "info"
     # Peers whose X-Forwarded-For is believed; from anyone else it is ignored.
-    trusted_proxies: Annotated[tuple[IpNetwork, ...], BeforeValidator(_network_list)] = ()
+    trusted_proxies: Annotated[tuple[IpNetwork, ...], NoDecode, BeforeValidator(_network_list)] = ()
 
     expire_sessions: ExpireSessionsSettings = ExpireSessionsSettings()
     session_retention: SessionRetentionSettings = SessionRetentionSettings()
@@ -194,6 +209,30 @@ class Settings(BaseModel):
                 raise _SettingError("dev_codes", "is refused when PIN_ENV=prod")
         return self
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Only what load_settings read from its mapping: never os.environ behind its back.
+        return (init_settings,)
+
+
+class _EnvironSource(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of ``os.environ``."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(Settings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        # Variable names are case-insensitive, as pydantic-settings reads the environment.
+        return {key.lower(): value for key, value in self._environ.items()}
+
 
 class _SettingError(ValueError):
     """A cross-field rule broken by one variable; carries the field it names."""
@@ -211,26 +250,14 @@ class SettingsError(Exception):
 def load_settings(environ: Mapping[str, str]) -> Settings:
     """Build settings from the ``PIN_*`` variables of ``environ``; other variables are ignored."""
     try:
-        return Settings.model_validate(_nest(environ))
+        return Settings(**_EnvironSource(environ)())
+    except pydantic_settings.SettingsError as exc:
+        # A group given whole as JSON that does not parse, e.g. PIN_HTTP='{'.
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = _env_name((field.group(1),)) if field else "a PIN_ variable"
+        raise SettingsError(f"{name} must be valid JSON") from None
     except ValidationError as exc:
         raise SettingsError("\n".join(_describe(error) for error in exc.errors())) from exc
-
-
-def _nest(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Turn ``PIN_A__B=v`` into ``{"a": {"b": "v"}}``: a group's fields nest under its name."""
-    nested: dict[str, Any] = {}
-    for key, value in environ.items():
-        if not key.startswith(ENV_PREFIX):
-            continue
-        path = key[len(ENV_PREFIX) :].lower().split(NESTED_DELIMITER)
-        target = nested
-        for part in path[:-1]:
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                break
-        else:
-            target[path[-1]] = value
-    return nested
 
 
 _RULES = {

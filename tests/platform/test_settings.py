@@ -125,3 +125,10 @@ def test_settings_never_read_the_process_environment_on_their_own(
     monkeypatch.setenv("PIN_EXPIRE_SESSIONS__BATCH_SIZE", "7")
     settings = Settings()
     assert (settings.env, settings.expire_sessions.batch_size) == (Environment.DEV, 5000)
+
+
+def test_a_group_given_whole_as_json_is_read_and_a_broken_one_is_named() -> None:
+    assert load_settings({"PIN_HTTP": '{"max_body_bytes": 5}'}).http.max_body_bytes == 5
+    with pytest.raises(SettingsError) as refused:
+        load_settings({"PIN_HTTP": "{"})
+    assert str(refused.value) == "PIN_HTTP must be valid JSON"
