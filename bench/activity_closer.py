@@ -178,8 +178,6 @@ async def job_pass(
     try:
         registry = new_registry()
         job = build_activity_closer_job(database, options, registry)
-        # Measure the whole backlog in one pass rather than the 2-minute guard.
-        job.max_run_duration = timedelta(hours=1)
         worker = PollingWorker(
             job, clock=FixedClock(now), interval=options.polling_interval, registry=registry
         )
@@ -194,7 +192,8 @@ async def job_pass(
 
 async def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     now = datetime.now(UTC)
-    options = ActivityCloserSettings()
+    # Measure the whole backlog in one pass rather than the 2-minute guard.
+    options = ActivityCloserSettings(max_run_duration=timedelta(hours=1))
     source = f"bench_src_{uuid.uuid4().hex[:8]}"
     admin = with_database(dsn, urlsplit(dsn).path.lstrip("/") or "postgres")
     await on_connection(admin, lambda conn: conn.execute(f'create database "{source}"'))

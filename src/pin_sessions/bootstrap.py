@@ -10,8 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from fastapi import APIRouter, FastAPI
@@ -41,7 +40,7 @@ from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
-from pin_sessions.settings import Settings
+from pin_sessions.settings import JobSettings, Settings
 from pin_sessions.user_activity.consumers import SignedInConsumer
 from pin_sessions.user_activity.heartbeat_shortcut import HeartbeatShortcut
 from pin_sessions.user_activity.http import QUIET_PATHS as USER_ACTIVITY_QUIET_PATHS
@@ -197,42 +196,42 @@ def build_api(runtime: Runtime) -> FastAPI:
     )
 
 
-def _polling(runtime: Runtime, job: Job[Any], interval: timedelta) -> PollingWorker[Any]:
-    return PollingWorker(job, clock=runtime.clock, interval=interval, registry=runtime.registry)
+OptionsT = TypeVar("OptionsT", bound=JobSettings)
 
 
-def _expire_sessions_worker(runtime: Runtime) -> PollingWorker[Any]:
-    options = runtime.settings.expire_sessions
-    job = expire_sessions.build_expire_sessions_job(runtime.database, options, runtime.registry)
-    return _polling(runtime, job, options.polling_interval)
+def _job_worker(
+    build: Callable[[Database, OptionsT, CollectorRegistry], Job[Any]],
+    group: Callable[[Settings], OptionsT],
+) -> Callable[[Runtime], PollingWorker[Any]]:
+    """A job built from its settings group, polled at that group's interval."""
 
+    def worker(runtime: Runtime) -> PollingWorker[Any]:
+        options = group(runtime.settings)
+        return PollingWorker(
+            build(runtime.database, options, runtime.registry),
+            clock=runtime.clock,
+            interval=options.polling_interval,
+            registry=runtime.registry,
+        )
 
-def _session_retention_worker(runtime: Runtime) -> PollingWorker[Any]:
-    options = runtime.settings.session_retention
-    job = session_retention.build_session_retention_job(runtime.database, options, runtime.registry)
-    return _polling(runtime, job, session_retention.POLLING_INTERVAL)
-
-
-def _activity_closer_worker(runtime: Runtime) -> PollingWorker[Any]:
-    options = runtime.settings.activity_closer
-    job = activity_closer.build_activity_closer_job(runtime.database, options, runtime.registry)
-    return _polling(runtime, job, options.polling_interval)
-
-
-def _activity_retention_worker(runtime: Runtime) -> PollingWorker[Any]:
-    options = runtime.settings.activity_retention
-    job = activity_retention.build_activity_retention_job(
-        runtime.database, options, runtime.registry
-    )
-    return _polling(runtime, job, activity_retention.POLLING_INTERVAL)
+    return worker
 
 
 # `pin-sessions job NAME` builds one of these; `up` runs them all as roles.
 JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker[Any]]] = {
-    "expire-sessions": _expire_sessions_worker,
-    "session-retention": _session_retention_worker,
-    "activity-closer": _activity_closer_worker,
-    "activity-retention": _activity_retention_worker,
+    "expire-sessions": _job_worker(
+        expire_sessions.build_expire_sessions_job, lambda settings: settings.expire_sessions
+    ),
+    "session-retention": _job_worker(
+        session_retention.build_session_retention_job, lambda settings: settings.session_retention
+    ),
+    "activity-closer": _job_worker(
+        activity_closer.build_activity_closer_job, lambda settings: settings.activity_closer
+    ),
+    "activity-retention": _job_worker(
+        activity_retention.build_activity_retention_job,
+        lambda settings: settings.activity_retention,
+    ),
 }
 
 

@@ -79,6 +79,7 @@ def _not_negative(value: timedelta) -> timedelta:
 
 Duration = Annotated[timedelta, BeforeValidator(_seconds_or_iso)]
 PositiveDuration = Annotated[Duration, AfterValidator(_positive)]
+BatchSize = Annotated[int, Field(gt=0)]
 
 
 class Environment(StrEnum):
@@ -90,29 +91,50 @@ class _Group(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class ExpireSessionsSettings(_Group):
+class JobSettings(_Group):
+    """What the job runner reads from every job's group: its cadence, batch and run budget.
+
+    ``max_run_duration`` is a guard, not a deadline: it is read between batches, and
+    what a run leaves is the next tick's.
+    """
+
+    polling_interval: PositiveDuration
+    batch_size: BatchSize
+    max_run_duration: PositiveDuration
+
+
+class ExpireSessionsSettings(JobSettings):
     """Seed 000 ``ExpireSessionsOptions``."""
 
     polling_interval: PositiveDuration = timedelta(minutes=5)
-    batch_size: Annotated[int, Field(gt=0)] = 5000
+    batch_size: BatchSize = 5000
     max_run_duration: PositiveDuration = timedelta(minutes=2)
     # How long a phase's UPDATE waits for a row lock held elsewhere before the phase is
     # reported failed (the next tick retries); keeps a stuck lock from stalling the run.
     lock_timeout: PositiveDuration = timedelta(seconds=5)
 
 
-class SessionRetentionSettings(_Group):
+class SessionRetentionSettings(JobSettings):
+    # Retention is not urgent: an hourly pass keeps each run's work small.
+    polling_interval: PositiveDuration = timedelta(hours=1)
+    batch_size: BatchSize = 5000
+    max_run_duration: PositiveDuration = timedelta(minutes=2)
     sicr_age: PositiveDuration = timedelta(days=30)
     refresh_age: PositiveDuration = timedelta(days=90)
 
 
-class ActivityCloserSettings(_Group):
+class ActivityCloserSettings(JobSettings):
     inactivity_threshold: PositiveDuration = timedelta(minutes=15)
     polling_interval: PositiveDuration = timedelta(seconds=60)
-    batch_size: Annotated[int, Field(gt=0)] = 500
+    batch_size: BatchSize = 500
+    max_run_duration: PositiveDuration = timedelta(minutes=2)
 
 
-class ActivityRetentionSettings(_Group):
+class ActivityRetentionSettings(JobSettings):
+    # The seed's cadence: once a day.
+    polling_interval: PositiveDuration = timedelta(days=1)
+    batch_size: BatchSize = 1000
+    max_run_duration: PositiveDuration = timedelta(minutes=10)
     age: PositiveDuration = timedelta(days=365)
 
 

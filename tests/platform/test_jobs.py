@@ -1,18 +1,32 @@
-"""The polling worker: one pass per tick, a failed pass never ends the loop."""
+"""The job runner: one pass per tick, a failed pass never ends the loop; phases and batches."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode, Tracer
+from prometheus_client import CollectorRegistry, Counter
 
+from pin_sessions.bootstrap import JOB_WORKERS
 from pin_sessions.platform.clock import FixedClock
-from pin_sessions.platform.jobs import JobRun, PollingWorker
+from pin_sessions.platform.ids import new_id
+from pin_sessions.platform.jobs import JobRun, PhaseOutcome, PollingWorker
+from pin_sessions.platform.runtime import Runtime
+from pin_sessions.settings import JobSettings, load_settings
 from tests.conftest import LogCapture
+
+SCRIPTED_OPTIONS = JobSettings(
+    polling_interval=timedelta(minutes=1), batch_size=1, max_run_duration=timedelta(minutes=1)
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +46,7 @@ class ScriptedJob:
     clock: FixedClock
     name: str = "scripted"
     metric_prefix: str = "test_scripted"
+    options: JobSettings = SCRIPTED_OPTIONS
     nows: list[datetime] = field(default_factory=list)
 
     async def run_once(self, now: datetime, run: JobRun) -> CountResult:
@@ -80,3 +95,153 @@ async def test_the_loop_waits_for_the_interval_unless_stopped(
     assert len(job.nows) == 1, "no second pass before the interval"
     stop.set()
     await asyncio.wait_for(loop, timeout=30)
+
+
+@dataclass(kw_only=True)
+class RowsOutcome(PhaseOutcome):
+    rows: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return {"rowCount": self.rows}
+
+
+def job_run(
+    clock: FixedClock, tracer: Tracer, *, started: float | None = None, stop: bool = False
+) -> JobRun:
+    event = asyncio.Event()
+    if stop:
+        event.set()
+    run = JobRun(id=new_id(), job="scripted", stop=event, tracer=tracer, clock=clock)
+    return run if started is None else replace(run, started=started)
+
+
+def limits(batch_size: int, max_run_duration: timedelta) -> JobSettings:
+    return JobSettings(
+        polling_interval=timedelta(minutes=1),
+        batch_size=batch_size,
+        max_run_duration=max_run_duration,
+    )
+
+
+def recording_tracer() -> tuple[Tracer, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider.get_tracer("test"), exporter
+
+
+async def test_a_failed_phase_is_logged_counted_and_absorbed_so_the_next_phase_runs(
+    clock: FixedClock, registry: CollectorRegistry, captured_logs: LogCapture
+) -> None:
+    tracer, exporter = recording_tracer()
+    run = job_run(clock, tracer)
+    errors = Counter("test_phase_errors_total", "failed phases", registry=registry)
+    first, second = (RowsOutcome(phase=f"{name}-{run.id}") for name in ("first", "second"))
+
+    async def fails() -> None:
+        first.rows = 2  # committed before the failure: still reported
+        raise ConnectionError("database went away")
+
+    async def succeeds() -> None:
+        second.rows = 5
+
+    await run.phase(first, fails, errors=errors)
+    await run.phase(second, succeeds, errors=errors)
+
+    assert (first.failed, second.failed) == (True, False)
+    assert registry.get_sample_value("test_phase_errors_total") == 1
+    events = {
+        event["phase"]: event
+        for event in map(json.loads, captured_logs.lines())
+        if event.get("phase") in {first.phase, second.phase}
+    }
+    assert events[first.phase]["event"] == "phase failed"
+    assert events[first.phase]["exception"] == "ConnectionError: database went away"
+    assert (events[second.phase]["event"], events[second.phase]["rowCount"]) == ("phase done", 5)
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    failed, done = spans[f"scripted {first.phase}"], spans[f"scripted {second.phase}"]
+    assert failed.attributes == {"jobRunId": str(run.id), "phase": first.phase, "rowCount": 2}
+    assert failed.status.status_code is StatusCode.ERROR
+    assert done.attributes == {"jobRunId": str(run.id), "phase": second.phase, "rowCount": 5}
+
+
+async def test_a_phase_is_skipped_once_stop_is_set(clock: FixedClock) -> None:
+    tracer, exporter = recording_tracer()
+    run = job_run(clock, tracer, stop=True)
+    outcome = RowsOutcome(phase="skipped")
+
+    async def work() -> None:
+        outcome.rows = 1
+
+    await run.phase(outcome, work, errors=Counter("unused", "unused", registry=None))
+
+    assert (outcome.skipped, outcome.rows) == (True, 0)
+    assert exporter.get_finished_spans() == ()
+
+
+class Batches:
+    """Batches that claim the scripted numbers of rows; one may set ``stop`` as it runs."""
+
+    def __init__(self, claims: list[int], *, stop: asyncio.Event | None = None) -> None:
+        self.claims = claims
+        self.stop = stop
+        self.ran: list[int] = []
+
+    async def __call__(self) -> int:
+        claimed = self.claims[len(self.ran)]
+        if self.stop is not None and len(self.ran) == 1:
+            self.stop.set()  # the signal arrives while the second batch's statement runs
+        await asyncio.sleep(0)
+        self.ran.append(claimed)
+        return claimed
+
+
+async def test_batches_run_until_one_is_short(clock: FixedClock) -> None:
+    run = job_run(clock, trace.get_tracer(__name__))
+    batches = Batches([3, 3, 2, 3])
+
+    await run.batches(limits(3, timedelta(hours=1)), batches)
+
+    assert batches.ran == [3, 3, 2]
+
+
+async def test_a_spent_run_budget_ends_the_batches_but_only_after_the_first(
+    clock: FixedClock,
+) -> None:
+    # A run that began an hour ago has spent a one-minute budget before its first batch.
+    run = job_run(clock, trace.get_tracer(__name__), started=time.monotonic() - 3600)
+    batches = Batches([3, 3, 3])
+
+    await run.batches(limits(3, timedelta(minutes=1)), batches)
+
+    assert batches.ran == [3], "one batch of progress, then the budget ends the phase"
+
+
+async def test_stop_during_a_batch_lets_it_finish_and_starts_no_other(clock: FixedClock) -> None:
+    run = job_run(clock, trace.get_tracer(__name__))
+    batches = Batches([3, 3, 3, 3], stop=run.stop)
+
+    await run.batches(limits(3, timedelta(hours=1)), batches)
+
+    assert batches.ran == [3, 3]
+
+
+async def test_every_job_worker_is_built_from_its_settings_group(
+    runtime: Runtime, settings_env: dict[str, str]
+) -> None:
+    custom: dict[str, str] = {}
+    for n, group in enumerate(
+        ("EXPIRE_SESSIONS", "SESSION_RETENTION", "ACTIVITY_CLOSER", "ACTIVITY_RETENTION")
+    ):
+        custom |= {
+            f"PIN_{group}__POLLING_INTERVAL": str(100 + n),
+            f"PIN_{group}__BATCH_SIZE": str(200 + n),
+            f"PIN_{group}__MAX_RUN_DURATION": str(300 + n),
+        }
+    settings = load_settings({**settings_env, **custom})
+
+    for name, build in JOB_WORKERS.items():
+        worker = build(replace(runtime, settings=settings, registry=CollectorRegistry()))
+        group = getattr(settings, name.replace("-", "_"))
+        assert worker.job.options is group, name
+        assert worker.interval == group.polling_interval, name

@@ -25,6 +25,51 @@ def test_defaults_follow_the_spec() -> None:
     assert settings.activity_retention.age == timedelta(days=365)
 
 
+JOB_GROUPS = ("EXPIRE_SESSIONS", "SESSION_RETENTION", "ACTIVITY_CLOSER", "ACTIVITY_RETENTION")
+
+
+def test_every_job_has_its_cadence_batch_size_and_run_budget_with_the_old_defaults() -> None:
+    settings = load_settings({})
+    jobs = (
+        settings.expire_sessions,
+        settings.session_retention,
+        settings.activity_closer,
+        settings.activity_retention,
+    )
+    assert [(job.polling_interval, job.batch_size, job.max_run_duration) for job in jobs] == [
+        (timedelta(minutes=5), 5000, timedelta(minutes=2)),
+        (timedelta(hours=1), 5000, timedelta(minutes=2)),
+        (timedelta(seconds=60), 500, timedelta(minutes=2)),
+        (timedelta(days=1), 1000, timedelta(minutes=10)),
+    ]
+
+
+@pytest.mark.parametrize("group", JOB_GROUPS)
+def test_every_job_setting_is_read_and_validated_alike(group: str) -> None:
+    prefix = f"PIN_{group}__"
+    settings = load_settings(
+        {
+            f"{prefix}POLLING_INTERVAL": "PT7M",
+            f"{prefix}BATCH_SIZE": "7",
+            f"{prefix}MAX_RUN_DURATION": "7",
+        }
+    )
+    job = getattr(settings, group.lower())
+    assert (job.polling_interval, job.batch_size, job.max_run_duration) == (
+        timedelta(minutes=7),
+        7,
+        timedelta(seconds=7),
+    )
+    for name, rule in (
+        ("POLLING_INTERVAL", "must be > 0 seconds"),
+        ("BATCH_SIZE", "must be > 0"),
+        ("MAX_RUN_DURATION", "must be > 0 seconds"),
+    ):
+        with pytest.raises(SettingsError) as caught:
+            load_settings({f"{prefix}{name}": "0"})
+        assert str(caught.value) == f"{prefix}{name} {rule}"
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [

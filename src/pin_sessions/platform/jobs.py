@@ -1,4 +1,4 @@
-"""The reusable polling worker behind every background job (STYLE 11).
+"""The job runner behind every background job (STYLE 11, 19).
 
 A job is an object with ``run_once(now, run)``: one pass over its work that returns a
 result object. :class:`PollingWorker` turns it into a long-lived role:
@@ -14,9 +14,19 @@ result object. :class:`PollingWorker` turns it into a long-lived role:
 * sets ``<prefix>_last_success_timestamp_seconds`` after every run whose result says it
   succeeded, so an alert can tell a stalled worker from an idle one.
 
-Graceful stop is cooperative: the worker never cancels a running pass. It hands the job
-a :class:`JobRun` whose ``stop`` the job checks between its phases and chunks, so a
-statement that has started always finishes and commits.
+Inside a run, the :class:`JobRun` gives every job the same two mechanics, so a job is
+only its SQL, its decision and its metrics:
+
+* :meth:`JobRun.phase` runs one phase: skipped once ``stop`` is set, else under a span
+  ``<job> <phase>`` (``jobRunId``, ``phase`` and the phase's counts), logged ``phase
+  done`` with its counts, or, when it raises, logged ``phase failed``, counted in the
+  job's errors counter and absorbed, so the run goes on to its other phases;
+* :meth:`JobRun.batches` repeats a batch until one is short, the run budget
+  (``max_run_duration``) is spent or ``stop`` is set.
+
+Graceful stop is cooperative: the worker never cancels a running pass. ``stop`` and the
+budget are read between phases and batches only, so a statement that has started always
+finishes and commits.
 
 ``--once`` is :meth:`PollingWorker.run_pass`: one run, whose result ``to_json()`` the CLI
 prints as one JSON object.
@@ -27,8 +37,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import structlog
@@ -39,13 +51,19 @@ from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.process import wait_or_stop
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from opentelemetry.trace import Tracer
 
     from pin_sessions.platform.clock import Clock
+    from pin_sessions.platform.database import Connection
+    from pin_sessions.settings import JobSettings
 
 log = structlog.get_logger(__name__)
+
+# A keyset cursor's start: before any instant.
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+# Buckets of the jobs' run-duration histograms, in ms: an empty pass to the 2-minute budget.
+RUN_DURATION_BUCKETS_MS = (5, 20, 50, 100, 250, 500, 1000, 2500, 5000, 15000, 30000, 60000, 120000)
 
 
 class JobResult(Protocol):
@@ -61,11 +79,28 @@ ResultT = TypeVar("ResultT", bound=JobResult, covariant=True)
 ResultV = TypeVar("ResultV", bound=JobResult)
 
 
+@dataclass(kw_only=True)
+class PhaseOutcome(ABC):
+    """What one phase of a run did; a job's outcome adds its own counts."""
+
+    phase: str
+    failed: bool = False
+    skipped: bool = False
+
+    @abstractmethod
+    def counts(self) -> dict[str, int]:
+        """The fields of the ``phase done`` line, also set on the phase's span."""
+
+
+OutcomeT = TypeVar("OutcomeT", bound=PhaseOutcome)
+
+
 @dataclass(frozen=True)
 class JobRun:
     """One run as the job sees it: its id, the stop signal, a tracer, the clock, a stopwatch."""
 
     id: uuid.UUID
+    job: str
     stop: asyncio.Event
     tracer: Tracer
     clock: Clock
@@ -87,15 +122,85 @@ class JobRun:
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
 
+    async def phase(
+        self, outcome: OutcomeT, work: Callable[[], Awaitable[None]], *, errors: Counter
+    ) -> OutcomeT:
+        """Run ``work`` as the phase ``outcome`` records, unless ``stop`` is already set.
+
+        A phase that raises (a lock timeout, a lost connection, ...) is marked failed,
+        logged, counted in ``errors`` and recorded on its span; it does not end the run,
+        because the phases of a job are independent and what one committed stays.
+        """
+        if self.stopping:
+            outcome.skipped = True
+            return outcome
+        with self.tracer.start_as_current_span(
+            f"{self.job} {outcome.phase}",
+            attributes={"jobRunId": str(self.id), "phase": outcome.phase},
+        ) as span:
+            try:
+                await work()
+            except Exception as exc:
+                outcome.failed = True
+                errors.inc()
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR)
+                log.warning(
+                    "phase failed", phase=outcome.phase, exception=f"{type(exc).__name__}: {exc}"
+                )
+            else:
+                log.info("phase done", phase=outcome.phase, **outcome.counts())
+            span.set_attributes(outcome.counts())
+        return outcome
+
+    async def batches(self, limits: JobSettings, batch: Callable[[], Awaitable[int]]) -> None:
+        """Run ``batch`` until one is short, the run budget is spent or ``stop`` is set.
+
+        ``batch`` commits its work and returns how many rows it claimed: fewer than
+        ``batch_size`` means no more are free (the rest, if any, are another instance's).
+        The budget is read after a batch, never before the first, so every phase of a
+        run makes some progress and none starves behind another (seed 000).
+        """
+        while not self.stopping:
+            if await batch() < limits.batch_size or self.elapsed() >= limits.max_run_duration:
+                return
+
+
+@dataclass
+class KeysetCursor:
+    """Batches of one statement that walks an index from where its previous batch ended.
+
+    The statement takes ``$1`` the bound its rows must not pass, ``$2`` the batch size
+    and ``$3`` the cursor, and returns one row: how many rows it changed, and the highest
+    key among them (null when none). Starting at the cursor spares each batch a rescan of
+    the index entries its predecessors left behind.
+    """
+
+    statement: str
+    bound: datetime
+    reached: datetime = EARLIEST
+
+    async def next(self, conn: Connection, batch_size: int) -> int:
+        """One batch (its own transaction); how many rows it changed."""
+        row = await conn.fetchrow(self.statement, self.bound, batch_size, self.reached)
+        assert row is not None  # an aggregate always returns its row
+        self.reached = row[1] or self.reached
+        changed: int = row[0]
+        return changed
+
 
 class Job(Protocol[ResultT]):
-    """One background job: ``name`` for the CLI, ``metric_prefix`` for its metric names."""
+    """One background job: ``name`` for the CLI, ``metric_prefix`` for its metric names,
+    ``options`` its settings group (cadence, batch size, run budget and its own knobs)."""
 
     @property
     def name(self) -> str: ...
 
     @property
     def metric_prefix(self) -> str: ...
+
+    @property
+    def options(self) -> JobSettings: ...
 
     async def run_once(self, now: datetime, run: JobRun) -> ResultT: ...
 
@@ -138,7 +243,7 @@ class PollingWorker(Generic[ResultV]):
         self.job = job
         self.name = f"job.{job.name}"
         self._clock = clock
-        self._interval = interval
+        self.interval = interval
         self._metrics = WorkerMetrics.register(job.metric_prefix, registry)
         self._tracer = tracer or trace.get_tracer(__name__)
 
@@ -146,11 +251,13 @@ class PollingWorker(Generic[ResultV]):
         """A pass, then a wait on ``stop`` or the interval; a failed pass never ends the loop."""
         while not stop.is_set():
             await self.run_pass(stop)
-            await wait_or_stop(stop, self._interval.total_seconds())
+            await wait_or_stop(stop, self.interval.total_seconds())
 
     async def run_pass(self, stop: asyncio.Event) -> ResultV | None:
         """One run of the job; ``None`` when it raised (logged and counted, not re-raised)."""
-        run = JobRun(id=new_id(), stop=stop, tracer=self._tracer, clock=self._clock)
+        run = JobRun(
+            id=new_id(), job=self.job.name, stop=stop, tracer=self._tracer, clock=self._clock
+        )
         now = self._clock.now()
         with (
             structlog.contextvars.bound_contextvars(jobRunId=str(run.id)),

@@ -9,7 +9,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.identity.jobs.expire_sessions import (
-    EARLIEST,
     EXPIRE_REFRESH_SESSIONS_CHUNK,
     EXPIRE_SICR_CHUNK,
 )
@@ -19,8 +18,9 @@ from pin_sessions.identity.jobs.session_retention import (
     SessionRetentionResult,
     build_session_retention_job,
 )
-from pin_sessions.platform.jobs import PollingWorker
+from pin_sessions.platform.jobs import EARLIEST, PollingWorker
 from pin_sessions.platform.runtime import Runtime
+from pin_sessions.settings import SessionRetentionSettings
 from tests.identity.jobs.rows import (
     CREATE_TRANSITION_AUDIT,
     insert_refresh_sessions,
@@ -33,13 +33,14 @@ DAY = timedelta(days=1)
 
 
 async def _retain_once(
-    runtime: Runtime, registry: CollectorRegistry, *, batch_size: int = 5000
+    runtime: Runtime, registry: CollectorRegistry, **options: Any
 ) -> SessionRetentionResult:
     job = build_session_retention_job(
-        runtime.database, runtime.settings.session_retention, registry
+        runtime.database, SessionRetentionSettings(**options), registry
     )
-    job.batch_size = batch_size
-    worker = PollingWorker(job, clock=runtime.clock, interval=DAY, registry=registry)
+    worker = PollingWorker(
+        job, clock=runtime.clock, interval=job.options.polling_interval, registry=registry
+    )
     result = await worker.run_pass(asyncio.Event())
     assert result is not None
     return result
@@ -130,6 +131,30 @@ async def test_retention_deletes_in_bounded_batches(
             "select count(*) as n from public.test_transitions group by txid order by n desc"
         )
     assert [row["n"] for row in per_transaction] == [10, 10, 5]
+
+
+async def test_a_spent_run_budget_leaves_each_phase_one_batch_and_the_rest_to_the_next_run(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    now = runtime.clock.now()
+    old = now - 365 * DAY
+    async with runtime.database.connection() as conn:
+        user = await insert_user(conn, old)
+        await insert_sicr(conn, count=25, status="Expired", created_at=old, expires_at=old)
+        await insert_refresh_sessions(
+            conn, user, count=25, status="Expired", created_at=old, expires_at=old
+        )
+
+    result = await _retain_once(
+        runtime, registry, batch_size=10, max_run_duration=timedelta(microseconds=1)
+    )
+
+    # The budget is spent after the first batch; refresh sessions still get theirs.
+    assert (result.sicr.deleted, result.refresh.deleted) == (10, 10)
+    assert result.succeeded
+    async with runtime.database.connection() as conn:
+        assert await statuses(conn, "sign_in_confirmation_requests") == {"Expired": 15}
+        assert await statuses(conn, "refresh_sessions") == {"Expired": 15}
 
 
 async def test_every_job_statement_finds_its_rows_through_an_index(runtime: Runtime) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 from opentelemetry.trace import Tracer
@@ -18,7 +17,6 @@ from pin_sessions.user_activity.jobs.activity_closer import (
     build_activity_closer_job,
 )
 from pin_sessions.user_activity.jobs.activity_retention import (
-    POLLING_INTERVAL,
     ActivityRetentionResult,
     build_activity_retention_job,
 )
@@ -34,7 +32,6 @@ def closer_worker(
     registry: CollectorRegistry,
     *,
     tracer: Tracer | None = None,
-    max_run_duration: timedelta | None = None,
     database: Database | None = None,
     **options: Any,
 ) -> PollingWorker[ActivityCloserResult]:
@@ -42,8 +39,6 @@ def closer_worker(
     job = build_activity_closer_job(
         database or runtime.database, ActivityCloserSettings(**options), registry
     )
-    if max_run_duration is not None:
-        job.max_run_duration = max_run_duration
     return PollingWorker(
         job,
         clock=runtime.clock,
@@ -62,12 +57,14 @@ async def close_once(
 
 
 async def retain_once(
-    runtime: Runtime, registry: CollectorRegistry, *, batch_size: int | None = None
+    runtime: Runtime, registry: CollectorRegistry, **options: Any
 ) -> ActivityRetentionResult:
-    job = build_activity_retention_job(runtime.database, ActivityRetentionSettings(), registry)
-    if batch_size is not None:
-        job.batch_size = batch_size
-    worker = PollingWorker(job, clock=runtime.clock, interval=POLLING_INTERVAL, registry=registry)
+    job = build_activity_retention_job(
+        runtime.database, ActivityRetentionSettings(**options), registry
+    )
+    worker = PollingWorker(
+        job, clock=runtime.clock, interval=job.options.polling_interval, registry=registry
+    )
     result = await worker.run_pass(asyncio.Event())
     assert result is not None
     return result

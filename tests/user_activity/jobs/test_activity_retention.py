@@ -115,6 +115,25 @@ async def test_retention_deletes_in_bounded_batches(
     assert await _counts(runtime, list(ids)) == (0, 0, 0)
 
 
+async def test_a_spent_run_budget_ends_the_run_between_batches(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    now = runtime.clock.now()
+    old = now - 400 * DAY
+    async with runtime.database.connection() as conn:
+        ids = await insert_sessions(
+            conn, count=25, created_at=old, last_activity_at=old, status="Inactive"
+        )
+
+    result = await retain_once(
+        runtime, registry, batch_size=10, max_run_duration=timedelta(microseconds=1)
+    )
+
+    assert result.succeeded
+    assert (result.deleted["sessions"], result.batches) == (10, 1)
+    assert await _counts(runtime, list(ids)) == (15, 0, 0)
+
+
 async def test_the_children_keep_restricting_the_deletion_of_their_session(
     runtime: Runtime,
 ) -> None:

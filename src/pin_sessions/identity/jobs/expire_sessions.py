@@ -11,11 +11,10 @@ A phase first counts its backlog through the partial index. Up to ``batch_size``
 runs one set-based UPDATE; above that it works in chunks, each claiming at most
 ``batch_size`` rows with ``FOR NO KEY UPDATE SKIP LOCKED`` and committing on its own, so
 parallel instances take disjoint portions and no transaction holds more row locks than
-that. The stop signal and ``max_run_duration`` are checked between chunks, never inside
-a statement; what is left is reported as ``backlogRemaining`` for the next tick. Each
-phase gets at least one chunk per run, so a huge refresh backlog cannot starve SICR.
-A failed phase (lock timeout, lost connection, ...) is logged and counted; the other
-phase still runs and the run completes.
+that. The job runner (:mod:`pin_sessions.platform.jobs`) runs the phases and the chunks:
+a failed phase is logged and counted while the other still runs; ``stop`` and
+``max_run_duration`` are read between chunks, and each phase gets at least one chunk
+per run, so a huge refresh backlog cannot starve SICR.
 
 Seed 000's metrics are single series, without a phase label. A run ends by counting what
 is left: a phase that was skipped by a stop or failed is counted afresh then (a cheap
@@ -23,27 +22,34 @@ index count), so ``backlogRemaining`` and the backlog gauge always cover both ph
 Should even that count fail (the database is gone), a failed phase falls back to its
 backlog minus what it expired, and a phase never counted makes the run's total unknown:
 ``backlogRemaining`` is null and the gauge keeps the last full measurement, since half a
-sum would look like a shrinking backlog. Every phase span
-carries the run's ``jobRunId``; the run span itself (opened by the worker) gets the
-run's ``expiredCount``, both phases together.
+sum would look like a shrinking backlog. The run span itself (opened by the worker) gets
+the run's ``expiredCount``, both phases together.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from pin_sessions.platform.jobs import JobRun, command_row_count, lock_timeout_text
+from pin_sessions.platform.jobs import (
+    RUN_DURATION_BUCKETS_MS,
+    JobRun,
+    KeysetCursor,
+    PhaseOutcome,
+    command_row_count,
+    lock_timeout_text,
+)
 from pin_sessions.settings import ExpireSessionsSettings
 
 if TYPE_CHECKING:
     import uuid
+    from datetime import datetime
 
     from pin_sessions.platform.database import Connection, Database
 
@@ -60,13 +66,13 @@ where status = 'Active' and expires_at <= $1
 """
 
 # One chunk: claim a portion through ix_refresh_sessions_expires_at, starting at the
-# cursor $3 where the previous chunk ended (so no chunk rescans the index entries its
-# predecessors left behind), and flip it. SKIP LOCKED leaves rows another instance holds
-# to that instance. The claim takes FOR NO KEY UPDATE, the very row lock a status UPDATE
-# takes: claiming FOR UPDATE and then updating would make PostgreSQL record both lock
-# modes in a MultiXact for every row, which halves the chunk's speed. The UPDATE
-# addresses the claimed (locked, hence unmoved) row versions by ctid: a TID scan, where
-# a join on id could turn into a scan of the whole table.
+# cursor $3 where the previous chunk ended (a KeysetCursor, so no chunk rescans the
+# index entries its predecessors left behind), and flip it. SKIP LOCKED leaves rows
+# another instance holds to that instance. The claim takes FOR NO KEY UPDATE, the very
+# row lock a status UPDATE takes: claiming FOR UPDATE and then updating would make
+# PostgreSQL record both lock modes in a MultiXact for every row, which halves the
+# chunk's speed. The UPDATE addresses the claimed (locked, hence unmoved) row versions
+# by ctid: a TID scan, where a join on id could turn into a scan of the whole table.
 EXPIRE_REFRESH_SESSIONS_CHUNK = """
 with portion as (
     select ctid as row_ctid from identity.refresh_sessions
@@ -113,9 +119,6 @@ select count(*) as flipped, max(expires_at) as reached from flipped
 """
 
 SET_LOCK_TIMEOUT = "select set_config('lock_timeout', $1, false)"
-
-# The chunk cursor's start: before any expiry instant.
-EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 REFRESH = "refresh"
 SICR = "sicr"
@@ -168,7 +171,7 @@ class ExpireSessionsMetrics:
                 "identity_expire_sessions_run_duration_ms",
                 "Duration of one ExpireSessionsJob run in milliseconds",
                 registry=registry,
-                buckets=(5, 20, 50, 100, 250, 500, 1000, 2500, 5000, 15000, 30000, 60000, 120000),
+                buckets=RUN_DURATION_BUCKETS_MS,
             ),
             backlog=Gauge(
                 "identity_expire_sessions_backlog",
@@ -184,24 +187,24 @@ class ExpireSessionsMetrics:
         )
 
 
-@dataclass
-class PhaseOutcome:
+@dataclass(kw_only=True)
+class ExpiryOutcome(PhaseOutcome):
     """What one phase did; ``remaining`` is None when it could not be counted."""
 
-    phase: str
     expired: int = 0
     remaining: int | None = None
-    failed: bool = False
-    skipped: bool = False
     chunks: int = 0
     longest_statement_ms: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        return {"expiredCount": self.expired}
 
 
 @dataclass(frozen=True)
 class ExpireSessionsResult:
     job_run_id: uuid.UUID
-    refresh: PhaseOutcome
-    sicr: PhaseOutcome
+    refresh: ExpiryOutcome
+    sicr: ExpiryOutcome
     duration_ms: int
 
     @property
@@ -240,13 +243,12 @@ class ExpireSessionsJob:
     metric_prefix: str = field(default="identity_expire_sessions", init=False)
 
     async def run_once(self, now: datetime, run: JobRun) -> ExpireSessionsResult:
-        """One pass: each phase unless stopping, then the run's metrics."""
+        """One pass: each phase unless stopping, then what is left, then the run's metrics."""
         outcomes = {}
         for phase in PHASES:
-            if run.stopping:
-                outcomes[phase.name] = PhaseOutcome(phase.name, skipped=True)
-                continue
-            outcomes[phase.name] = await self._run_phase(phase, now, run)
+            outcome = outcomes[phase.name] = ExpiryOutcome(phase=phase.name)
+            work = partial(self._expire, phase, now, run, outcome)
+            await run.phase(outcome, work, errors=self.metrics.errors)
         for phase in PHASES:
             outcome = outcomes[phase.name]
             if outcome.skipped or outcome.failed:
@@ -261,40 +263,52 @@ class ExpireSessionsJob:
         trace.get_current_span().set_attribute("expiredCount", result.expired)
         return result
 
-    async def _run_phase(self, phase: ExpiryPhase, now: datetime, run: JobRun) -> PhaseOutcome:
-        outcome = PhaseOutcome(phase.name)
-        with run.tracer.start_as_current_span(f"expire-sessions {phase.name}") as span:
-            span.set_attribute("jobRunId", str(run.id))
-            span.set_attribute("phase", phase.name)
-            backlog: int | None = None
-            try:
-                async with self.database.connection() as conn:
-                    await conn.execute(
-                        SET_LOCK_TIMEOUT, lock_timeout_text(self.options.lock_timeout)
-                    )
-                    backlog = await conn.fetchval(phase.count_sql, now)
-                    if backlog > self.options.batch_size:
-                        await self._expire_in_chunks(conn, phase, now, run, outcome)
-                    elif backlog > 0:
-                        await self._expire_all(conn, phase, now, outcome)
-                    outcome.remaining = await conn.fetchval(phase.count_sql, now)
-            except Exception as exc:
-                # Rows keep their status; the guard makes the next tick's retry safe.
-                outcome.failed = True
-                if backlog is not None:
-                    outcome.remaining = max(backlog - outcome.expired, 0)
-                self.metrics.errors.inc()
-                span.record_exception(exc)
-                span.set_status(trace.StatusCode.ERROR)
-                log.warning(
-                    "phase failed", phase=phase.name, exception=f"{type(exc).__name__}: {exc}"
-                )
-            else:
-                log.info("phase done", phase=phase.name, expiredCount=outcome.expired)
-            span.set_attribute("expiredCount", outcome.expired)
-        return outcome
+    async def _expire(
+        self, phase: ExpiryPhase, now: datetime, run: JobRun, outcome: ExpiryOutcome
+    ) -> None:
+        async with self.database.connection() as conn:
+            await conn.execute(SET_LOCK_TIMEOUT, lock_timeout_text(self.options.lock_timeout))
+            backlog: int = await conn.fetchval(phase.count_sql, now)
+            # What the phase reports left should a statement below fail: the backlog,
+            # less each statement's rows as it commits (see _record).
+            outcome.remaining = backlog
+            if backlog > self.options.batch_size:
+                await self._expire_in_chunks(conn, phase, now, run, outcome)
+            elif backlog > 0:
+                started = time.monotonic()
+                flipped = command_row_count(await conn.execute(phase.expire_sql, now))
+                self._record(outcome, flipped, started)
+            outcome.remaining = await conn.fetchval(phase.count_sql, now)
 
-    async def _recount(self, phase: ExpiryPhase, now: datetime, outcome: PhaseOutcome) -> None:
+    async def _expire_in_chunks(
+        self,
+        conn: Connection,
+        phase: ExpiryPhase,
+        now: datetime,
+        run: JobRun,
+        outcome: ExpiryOutcome,
+    ) -> None:
+        cursor = KeysetCursor(phase.expire_chunk_sql, now)
+
+        async def chunk() -> int:
+            started = time.monotonic()
+            flipped = await cursor.next(conn, self.options.batch_size)
+            self._record(outcome, flipped, started)
+            return flipped
+
+        await run.batches(self.options, chunk)
+
+    def _record(self, outcome: ExpiryOutcome, flipped: int, started: float) -> None:
+        """Count a committed statement (each is its own transaction) before the next runs."""
+        outcome.chunks += 1
+        outcome.expired += flipped
+        if outcome.remaining is not None:
+            outcome.remaining = max(outcome.remaining - flipped, 0)
+        elapsed_ms = (time.monotonic() - started) * 1000
+        outcome.longest_statement_ms = max(outcome.longest_statement_ms, elapsed_ms)
+        self.metrics.expired[outcome.phase].inc(flipped)
+
+    async def _recount(self, phase: ExpiryPhase, now: datetime, outcome: ExpiryOutcome) -> None:
         """What a skipped or failed phase left; its estimate (if any) stays when this fails."""
         try:
             async with self.database.connection() as conn:
@@ -303,42 +317,6 @@ class ExpireSessionsJob:
             log.warning(
                 "backlog not counted", phase=phase.name, exception=f"{type(exc).__name__}: {exc}"
             )
-
-    async def _expire_in_chunks(
-        self,
-        conn: Connection,
-        phase: ExpiryPhase,
-        now: datetime,
-        run: JobRun,
-        outcome: PhaseOutcome,
-    ) -> None:
-        batch_size = self.options.batch_size
-        reached = EARLIEST
-        while not run.stopping:
-            started = time.monotonic()
-            chunk = await conn.fetchrow(phase.expire_chunk_sql, now, batch_size, reached)
-            assert chunk is not None  # an aggregate always returns its row
-            flipped: int = chunk["flipped"]
-            self._record(outcome, flipped, started)
-            reached = chunk["reached"] or reached
-            # Fewer than a full chunk: every other row under the guard is held by another
-            # instance, which will flip it.
-            if flipped < batch_size or run.elapsed() >= self.options.max_run_duration:
-                return
-
-    async def _expire_all(
-        self, conn: Connection, phase: ExpiryPhase, now: datetime, outcome: PhaseOutcome
-    ) -> None:
-        started = time.monotonic()
-        self._record(outcome, command_row_count(await conn.execute(phase.expire_sql, now)), started)
-
-    def _record(self, outcome: PhaseOutcome, flipped: int, started: float) -> None:
-        """Count a committed statement (each is its own transaction) before the next runs."""
-        outcome.chunks += 1
-        outcome.expired += flipped
-        elapsed_ms = (time.monotonic() - started) * 1000
-        outcome.longest_statement_ms = max(outcome.longest_statement_ms, elapsed_ms)
-        self.metrics.expired[outcome.phase].inc(flipped)
 
 
 def build_expire_sessions_job(

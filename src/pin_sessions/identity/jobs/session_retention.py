@@ -15,33 +15,31 @@ Active and Pending rows are never deleted: the status is in every DELETE's condi
 Deletes run in batches of at most ``batch_size`` rows, each claimed through a partial
 index on ``created_at`` (migrations 0005 and 0008) with ``FOR UPDATE SKIP LOCKED`` and
 committed on its own, so a statement stays short on a large table and parallel
-instances take disjoint batches. The stop signal and ``max_run_duration`` are checked
-between batches.
+instances take disjoint batches. The job runner (:mod:`pin_sessions.platform.jobs`)
+runs the phases and the batches: a failed phase is logged and counted while the other
+still runs, and ``stop`` and ``max_run_duration`` are read between batches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import structlog
-from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter
 
-from pin_sessions.platform.jobs import JobRun
+from pin_sessions.platform.jobs import JobRun, KeysetCursor, PhaseOutcome
 from pin_sessions.settings import SessionRetentionSettings
 
 if TYPE_CHECKING:
     import uuid
+    from datetime import datetime
 
     from pin_sessions.platform.database import Database
 
-log = structlog.get_logger(__name__)
-
 # Each batch claims rows through a partial index from the cursor $3 where the previous
-# batch ended, and deletes the claimed (locked, hence unmoved) row versions by ctid: see
-# the chunk statements of expire_sessions for why.
+# batch ended (a KeysetCursor), and deletes the claimed (locked, hence unmoved) row
+# versions by ctid: see the chunk statements of expire_sessions for why.
 # Through ix_sicr_retention_created_at.
 DELETE_RETIRED_SICR_BATCH = """
 with doomed as (
@@ -77,12 +75,6 @@ deleted as (
 )
 select count(*) as deleted, max(created_at) as reached from deleted
 """
-
-# The batch cursor's start: before any timestamp.
-EARLIEST = datetime.min.replace(tzinfo=UTC)
-
-# Retention is not urgent: an hourly pass keeps each run's work small.
-POLLING_INTERVAL = timedelta(hours=1)
 
 SICR_TABLE = "sign_in_confirmation_requests"
 REFRESH_TABLE = "refresh_sessions"
@@ -122,12 +114,12 @@ class SessionRetentionMetrics:
         return metrics
 
 
-@dataclass
-class RetentionOutcome:
-    phase: str
+@dataclass(kw_only=True)
+class RetentionOutcome(PhaseOutcome):
     deleted: int = 0
-    failed: bool = False
-    skipped: bool = False
+
+    def counts(self) -> dict[str, int]:
+        return {"deletedCount": self.deleted}
 
 
 @dataclass(frozen=True)
@@ -157,8 +149,6 @@ class SessionRetentionJob:
     database: Database
     options: SessionRetentionSettings
     metrics: SessionRetentionMetrics
-    batch_size: int = 5000
-    max_run_duration: timedelta = timedelta(minutes=2)
     name: str = field(default="session-retention", init=False)
     metric_prefix: str = field(default="identity_session_retention", init=False)
 
@@ -172,47 +162,27 @@ class SessionRetentionJob:
         )
         outcomes = {}
         for phase, age in phases:
-            if run.stopping:
-                outcomes[phase.name] = RetentionOutcome(phase.name, skipped=True)
-                continue
-            outcomes[phase.name] = await self._run_phase(phase, now - age, run)
+            outcome = outcomes[phase.name] = RetentionOutcome(phase=phase.name)
+            work = partial(self._delete, phase, now - age, run, outcome)
+            await run.phase(outcome, work, errors=self.metrics.errors.labels(table=phase.table))
         return SessionRetentionResult(
             run.id, outcomes["sicr"], outcomes["refresh"], duration_ms=run.elapsed_ms()
         )
 
-    async def _run_phase(
-        self, phase: RetentionPhase, cutoff: datetime, run: JobRun
-    ) -> RetentionOutcome:
-        outcome = RetentionOutcome(phase.name)
+    async def _delete(
+        self, phase: RetentionPhase, cutoff: datetime, run: JobRun, outcome: RetentionOutcome
+    ) -> None:
+        cursor = KeysetCursor(phase.delete_batch_sql, cutoff)
         deleted = self.metrics.deleted.labels(table=phase.table)
-        with run.tracer.start_as_current_span(f"session-retention {phase.name}") as span:
-            span.set_attribute("phase", phase.name)
-            try:
-                async with self.database.connection() as conn:
-                    reached = EARLIEST
-                    while not run.stopping:
-                        batch = await conn.fetchrow(
-                            phase.delete_batch_sql, cutoff, self.batch_size, reached
-                        )
-                        assert batch is not None  # an aggregate always returns its row
-                        count: int = batch["deleted"]
-                        outcome.deleted += count
-                        deleted.inc(count)
-                        reached = batch["reached"] or reached
-                        if count < self.batch_size or run.elapsed() >= self.max_run_duration:
-                            break
-            except Exception as exc:
-                outcome.failed = True
-                self.metrics.errors.labels(table=phase.table).inc()
-                span.record_exception(exc)
-                span.set_status(trace.StatusCode.ERROR)
-                log.warning(
-                    "phase failed", phase=phase.name, exception=f"{type(exc).__name__}: {exc}"
-                )
-            else:
-                log.info("phase done", phase=phase.name, deletedCount=outcome.deleted)
-            span.set_attribute("deletedCount", outcome.deleted)
-        return outcome
+        async with self.database.connection() as conn:
+
+            async def batch() -> int:
+                count = await cursor.next(conn, self.options.batch_size)
+                outcome.deleted += count
+                deleted.inc(count)
+                return count
+
+            await run.batches(self.options, batch)
 
 
 def build_session_retention_job(

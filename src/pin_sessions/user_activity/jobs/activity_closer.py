@@ -15,23 +15,23 @@ open, because the close UPDATE re-checks the threshold (``idle_before``); a hear
 that arrives while the batch holds the row waits, then matches no Active session and
 starts a new one (INV-SES-003).
 
-The stop signal and ``max_run_duration`` are checked between batches, never inside one;
-what is left is reported as ``backlogRemaining`` for the next tick. A failed batch rolls
-back whole (its sessions stay Active for the next tick), is logged and counted, and ends
-the run.
+The job runner (:mod:`pin_sessions.platform.jobs`) repeats the batches: ``stop`` and
+``max_run_duration`` are read between batches, never inside one, and what is left is
+reported as ``backlogRemaining`` for the next tick. A failed batch rolls back whole (its
+sessions stay Active for the next tick), is logged and counted, and ends the run.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from pin_sessions.platform.jobs import RUN_DURATION_BUCKETS_MS, PhaseOutcome
 from pin_sessions.settings import ActivityCloserSettings
 from pin_sessions.user_activity.closing import close_sessions
 
@@ -58,9 +58,6 @@ COUNT_IDLE_SESSIONS = """
 select count(*) from user_activity.sessions
 where status = 'Active' and last_activity_at < $1
 """
-
-# Seed 000's default MaxRunDuration: a guard, not a deadline; the next tick takes the rest.
-MAX_RUN_DURATION = timedelta(minutes=2)
 
 PHASE = "close"
 
@@ -90,7 +87,7 @@ class ActivityCloserMetrics:
                 "user_activity_activity_closer_run_duration_ms",
                 "Duration of one ActivityCloserJob run in milliseconds",
                 registry=registry,
-                buckets=(5, 20, 50, 100, 250, 500, 1000, 2500, 5000, 15000, 30000, 60000, 120000),
+                buckets=RUN_DURATION_BUCKETS_MS,
             ),
             backlog=Gauge(
                 "user_activity_activity_closer_backlog",
@@ -105,9 +102,9 @@ class ActivityCloserMetrics:
         )
 
 
-@dataclass
-class ActivityCloserResult:
-    """One run; ``backlog_remaining`` is None when it could not be counted."""
+@dataclass(kw_only=True)
+class ActivityCloserResult(PhaseOutcome):
+    """One run, which is its one phase; ``backlog_remaining`` is None when not counted."""
 
     job_run_id: uuid.UUID
     closed: int = 0
@@ -116,12 +113,13 @@ class ActivityCloserResult:
     longest_batch_ms: float = 0.0
     backlog_remaining: int | None = None
     duration_ms: int = 0
-    failed: bool = False
-    skipped: bool = False
 
     @property
     def succeeded(self) -> bool:
         return not self.failed
+
+    def counts(self) -> dict[str, int]:
+        return {"closedCount": self.closed, "viewsClosedCount": self.views_closed}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -140,40 +138,19 @@ class ActivityCloserJob:
     database: Database
     options: ActivityCloserSettings
     metrics: ActivityCloserMetrics
-    max_run_duration: timedelta = MAX_RUN_DURATION
     name: str = field(default="activity-closer", init=False)
     metric_prefix: str = field(default="user_activity_activity_closer", init=False)
 
     async def run_once(self, now: datetime, run: JobRun) -> ActivityCloserResult:
-        """Batches until none is full, the budget is spent or ``stop`` is set."""
+        """Batches until one is short, the budget is spent or ``stop`` is set; then the backlog."""
         idle_before = now - self.options.inactivity_threshold
-        result = ActivityCloserResult(run.id, skipped=run.stopping)
-        with run.tracer.start_as_current_span(f"activity-closer {PHASE}") as span:
-            span.set_attribute("phase", PHASE)
-            try:
-                while not run.stopping:
-                    claimed = await self._close_batch(run.now(), idle_before, result)
-                    # Less than a full batch: every other idle session is held by another
-                    # closer or a linker, which will end it.
-                    if claimed < self.options.batch_size:
-                        break
-                    if run.elapsed() >= self.max_run_duration:
-                        break
-            except Exception as exc:
-                result.failed = True
-                self.metrics.errors.inc()
-                span.record_exception(exc)
-                span.set_status(trace.StatusCode.ERROR)
-                log.warning("phase failed", phase=PHASE, exception=f"{type(exc).__name__}: {exc}")
-            else:
-                log.info(
-                    "phase done",
-                    phase=PHASE,
-                    closedCount=result.closed,
-                    viewsClosedCount=result.views_closed,
-                )
-            span.set_attribute("closedCount", result.closed)
-            span.set_attribute("viewsClosedCount", result.views_closed)
+        result = ActivityCloserResult(phase=PHASE, job_run_id=run.id)
+
+        async def batch() -> int:
+            return await self._close_batch(run.now(), idle_before, result)
+
+        close = partial(run.batches, self.options, batch)
+        await run.phase(result, close, errors=self.metrics.errors)
         result.backlog_remaining = await self._count_backlog(idle_before)
         result.duration_ms = run.elapsed_ms()
         self.metrics.run_duration_ms.observe(result.duration_ms)
@@ -182,7 +159,11 @@ class ActivityCloserJob:
     async def _close_batch(
         self, ended_at: datetime, idle_before: datetime, result: ActivityCloserResult
     ) -> int:
-        """One transaction: claim a batch, close it at ``ended_at``; returns how many it claimed."""
+        """One transaction: claim a batch, close it at ``ended_at``; returns how many it claimed.
+
+        A short claim ends the run: every other idle session is held by another closer or
+        a linker, which will end it.
+        """
         started = time.monotonic()
         async with self.database.transaction() as conn:
             rows = await conn.fetch(CLAIM_IDLE_SESSIONS, idle_before, self.options.batch_size)

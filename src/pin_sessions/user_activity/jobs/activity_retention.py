@@ -11,20 +11,19 @@ Each batch claims at most ``batch_size`` sessions through ``ix_sessions_retentio
 batches and each statement stays short on a large table; the children are found through
 their ``session_id`` indexes. An Active session is never touched: the status is in the
 claim and in the DELETE, and an Inactive session never changes again (INV-SES-006), so it
-gains no new children. The stop signal and ``max_run_duration`` are checked between batches.
+gains no new children. The job runner (:mod:`pin_sessions.platform.jobs`) repeats the
+batches, reading ``stop`` and ``max_run_duration`` between them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import structlog
-from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter
 
-from pin_sessions.platform.jobs import command_row_count
+from pin_sessions.platform.jobs import PhaseOutcome, command_row_count
 from pin_sessions.settings import ActivityRetentionSettings
 
 if TYPE_CHECKING:
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
 
     from pin_sessions.platform.database import Connection, Database
     from pin_sessions.platform.jobs import JobRun
-
-log = structlog.get_logger(__name__)
 
 CLAIM_RETIRED_SESSIONS = """
 select id from user_activity.sessions
@@ -62,11 +59,6 @@ DELETES = (
     ("property_object_views", DELETE_PROPERTY_OBJECT_VIEWS),
     ("sessions", DELETE_SESSIONS),
 )
-
-# The seed's cadence: once a day.
-POLLING_INTERVAL = timedelta(days=1)
-BATCH_SIZE = 1000
-MAX_RUN_DURATION = timedelta(minutes=10)
 
 PHASE = "delete"
 
@@ -96,18 +88,22 @@ class ActivityRetentionMetrics:
         return metrics
 
 
-@dataclass
-class ActivityRetentionResult:
+@dataclass(kw_only=True)
+class ActivityRetentionResult(PhaseOutcome):
+    """One run, which is its one phase."""
+
     job_run_id: uuid.UUID
     deleted: dict[str, int] = field(default_factory=lambda: {table: 0 for table, _ in DELETES})
     batches: int = 0
     largest_batch: int = 0
     duration_ms: int = 0
-    failed: bool = False
 
     @property
     def succeeded(self) -> bool:
         return not self.failed
+
+    def counts(self) -> dict[str, int]:
+        return {"deletedCount": self.deleted["sessions"]}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,37 +122,21 @@ class ActivityRetentionJob:
     database: Database
     options: ActivityRetentionSettings
     metrics: ActivityRetentionMetrics
-    batch_size: int = BATCH_SIZE
-    max_run_duration: timedelta = MAX_RUN_DURATION
     name: str = field(default="activity-retention", init=False)
     metric_prefix: str = field(default="user_activity_activity_retention", init=False)
 
     async def run_once(self, now: datetime, run: JobRun) -> ActivityRetentionResult:
         cutoff = now - self.options.age
-        result = ActivityRetentionResult(run.id)
-        with run.tracer.start_as_current_span(f"activity-retention {PHASE}") as span:
-            span.set_attribute("phase", PHASE)
-            try:
-                while not run.stopping:
-                    claimed = await self._delete_batch(cutoff, result)
-                    if claimed < self.batch_size or run.elapsed() >= self.max_run_duration:
-                        break
-            except Exception as exc:
-                result.failed = True
-                self.metrics.errors.inc()
-                span.record_exception(exc)
-                span.set_status(trace.StatusCode.ERROR)
-                log.warning("phase failed", phase=PHASE, exception=f"{type(exc).__name__}: {exc}")
-            else:
-                log.info("phase done", phase=PHASE, deletedCount=result.deleted["sessions"])
-            span.set_attribute("deletedCount", result.deleted["sessions"])
+        result = ActivityRetentionResult(phase=PHASE, job_run_id=run.id)
+        delete = partial(run.batches, self.options, partial(self._delete_batch, cutoff, result))
+        await run.phase(result, delete, errors=self.metrics.errors)
         result.duration_ms = run.elapsed_ms()
         return result
 
     async def _delete_batch(self, cutoff: datetime, result: ActivityRetentionResult) -> int:
         """One transaction: claim a batch of sessions, delete children then sessions."""
         async with self.database.transaction() as conn:
-            rows = await conn.fetch(CLAIM_RETIRED_SESSIONS, cutoff, self.batch_size)
+            rows = await conn.fetch(CLAIM_RETIRED_SESSIONS, cutoff, self.options.batch_size)
             counts = await _delete_claimed(conn, [row["id"] for row in rows])
         result.batches += 1
         result.largest_batch = max(result.largest_batch, counts["sessions"])
