@@ -38,11 +38,10 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from pin_sessions.identity.jobs.expire_sessions import (
-    EXPIRE_REFRESH_SESSIONS,
-    EXPIRE_SICR,
     ExpireSessionsResult,
     build_expire_sessions_job,
 )
+from pin_sessions.identity.sql import EXPIRE_REFRESH_SESSIONS, EXPIRE_SICR
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.embedded import EmbeddedPostgres

@@ -299,6 +299,10 @@ def main() -> None:
     if shutil.which("wrk") is None:
         print(WRK_MISSING, file=sys.stderr)
         raise SystemExit(2)
+    from pin_sessions.platform.logging import configure_logging
+
+    # Stdout carries the report alone.
+    configure_logging("warning", stream=sys.stderr)
     print(json.dumps(run(args), indent=2))
 
 

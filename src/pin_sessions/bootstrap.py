@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
-from starlette.middleware import Middleware
 
+from pin_sessions.dev_stats import routes as dev_stats_routes
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
-from pin_sessions.dev_stats.routes import build_router as build_dev_stats_router
+from pin_sessions.identity import http as identity_http
 from pin_sessions.identity.codes import DEV_CODE_KEY_PURPOSE, DevCodes, LoggingCodeSender
-from pin_sessions.identity.http import build_dev_codes_router, build_identity_router
 from pin_sessions.identity.jobs import expire_sessions, session_retention
 from pin_sessions.identity.liveness import RefreshSessionLiveness
 from pin_sessions.identity.operations import IdentityOperations, random_code
@@ -29,6 +28,7 @@ from pin_sessions.platform.clock import Clock, SystemClock
 from pin_sessions.platform.database import Bounds, Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.http.app import create_http_app
+from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.jobs import Job, PollingWorker
 from pin_sessions.platform.messaging.kafka import KafkaConsumer
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
@@ -41,12 +41,11 @@ from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
 from pin_sessions.settings import JobSettings, Settings
+from pin_sessions.user_activity import http as user_activity_http
+from pin_sessions.user_activity import internal_http as user_activity_internal_http
 from pin_sessions.user_activity.consumers import SignedInConsumer
-from pin_sessions.user_activity.heartbeat_shortcut import HeartbeatShortcut
-from pin_sessions.user_activity.http import QUIET_PATHS as USER_ACTIVITY_QUIET_PATHS
-from pin_sessions.user_activity.http import build_user_activity_routers
 from pin_sessions.user_activity.jobs import activity_closer, activity_retention
-from pin_sessions.web.http import build_web_router
+from pin_sessions.web import http as web_http
 
 
 @dataclass(frozen=True)
@@ -158,41 +157,39 @@ def build_dev_codes(runtime: Runtime) -> DevCodes | None:
     return DevCodes(runtime.database, runtime.secrets.derived_key(DEV_CODE_KEY_PURPOSE))
 
 
-def build_identity_routers(runtime: Runtime, authenticator: Authenticator) -> list[APIRouter]:
-    routers = [
-        build_identity_router(
-            build_identity_operations(runtime),
-            authenticator,
-            runtime.clock,
-            trusted_proxies=runtime.settings.trusted_proxies,
-        )
-    ]
-    dev_codes = build_dev_codes(runtime)
-    if dev_codes is not None:
-        routers.append(build_dev_codes_router(dev_codes))
-    return routers
+def build_http_services(runtime: Runtime) -> HttpServices:
+    """What every context's routes may ask for (``platform.http.dependencies``)."""
+    return HttpServices(
+        database=runtime.database,
+        clock=runtime.clock,
+        authenticator=build_authenticator(runtime),
+        trusted_proxies=runtime.settings.trusted_proxies,
+    )
 
 
 def build_api(runtime: Runtime) -> FastAPI:
     """The HTTP API with the routes of every context."""
-    authenticator = build_authenticator(runtime)
-    # Routes match in order: user-activity's heartbeat, by far the most frequent request, first.
-    routers: list[APIRouter] = []
-    routers.extend(build_user_activity_routers(runtime, authenticator))
-    routers.extend(build_identity_routers(runtime, authenticator))
-    routers.append(build_dev_stats_router(runtime.database, authenticator, runtime.clock))
-    # Pages; with PIN_DEV_CODES=1 the dashboard may grant itself dev-stats.view (never in prod).
-    dev_grants = build_identity_operations(runtime) if runtime.settings.dev_codes else None
-    routers.append(build_web_router(runtime.clock, dev_grants))
-    # The heartbeat's common case skips the framework altogether (see heartbeat_shortcut).
-    heartbeat = Middleware(
-        HeartbeatShortcut,
-        database=runtime.database,
-        clock=runtime.clock,
-        authenticator=authenticator,
-    )
+    routers = [
+        user_activity_http.router,
+        user_activity_internal_http.router,
+        identity_http.router,
+        dev_stats_routes.router,
+        web_http.router,
+    ]
+    state: dict[str, object] = {"identity": build_identity_operations(runtime)}
+    dev_codes = build_dev_codes(runtime)
+    if dev_codes is not None:
+        # Development codes, and the dashboard's grant of dev-stats.view: never in prod.
+        routers += [identity_http.dev_router, web_http.dev_router]
+        state["dev_codes"] = dev_codes
     return create_http_app(
-        runtime, routers=routers, quiet_paths=USER_ACTIVITY_QUIET_PATHS, shortcuts=[heartbeat]
+        runtime,
+        build_http_services(runtime),
+        routers,
+        state=state,
+        quiet_paths=user_activity_http.QUIET_PATHS,
+        # Every device, once a minute: the heartbeat is served beneath the framework too.
+        fast_routes=[user_activity_http.HEARTBEAT_ROUTE],
     )
 
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -11,7 +10,7 @@ from fastapi import APIRouter
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict
 
-from pin_sessions.bootstrap import build_runtime
+from pin_sessions.bootstrap import build_http_services, build_runtime
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.errors import AppError
 from pin_sessions.platform.http.app import create_http_app
@@ -20,6 +19,7 @@ from pin_sessions.settings import Settings
 from tests.conftest import LogCapture
 from tests.support.http import LiveServer
 from tests.support.postgres import DatabaseFactory
+from tests.support.waiting import wait_until
 
 PROBLEM = "application/problem+json"
 
@@ -77,7 +77,9 @@ def shell_url(
     settings: Settings, database_url: str, clock: FixedClock, registry: CollectorRegistry
 ) -> Iterator[str]:
     runtime = build_runtime(settings, database_url, clock=clock, registry=registry)
-    with LiveServer(create_http_app(runtime, routers=[_probe_router()])) as url:
+    with LiveServer(
+        create_http_app(runtime, build_http_services(runtime), [_probe_router()])
+    ) as url:
         yield url
 
 
@@ -103,8 +105,9 @@ def test_readyz_is_503_while_migrations_are_pending(
     settings: Settings, databases: DatabaseFactory
 ) -> None:
     dsn = databases.create(migrated=False)
+    runtime = build_runtime(settings, dsn)
     try:
-        with LiveServer(create_http_app(build_runtime(settings, dsn))) as url:
+        with LiveServer(create_http_app(runtime, build_http_services(runtime))) as url:
             response = httpx.get(f"{url}/readyz")
     finally:
         databases.drop(dsn)
@@ -117,7 +120,7 @@ def test_readyz_is_503_while_migrations_are_pending(
 def test_readyz_is_503_when_the_database_does_not_answer(settings: Settings) -> None:
     dead = "postgresql://postgres@127.0.0.1:9/nowhere"
     runtime = build_runtime(settings, dead)
-    app = create_http_app(runtime)
+    app = create_http_app(runtime, build_http_services(runtime))
     # The lifespan would fail to open a pool to a dead server, so serve without it.
     app.router.lifespan_context = _no_lifespan
     with LiveServer(app) as url:
@@ -289,11 +292,7 @@ async def test_every_request_gets_an_id_that_appears_in_its_log_line(
         )
 
     # The server thread writes the line just after it sent the response.
-    for _ in range(200):
-        if logged():
-            break
-        await asyncio.sleep(0.01)
-    assert logged()
+    await wait_until(logged, timeout=10)
 
 
 async def test_a_sane_client_request_id_is_kept(client: httpx.AsyncClient) -> None:

@@ -10,7 +10,7 @@ import pytest
 from fastapi import APIRouter
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import build_runtime
+from pin_sessions.bootstrap import build_http_services, build_runtime
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.settings import Settings
@@ -34,7 +34,9 @@ def shell_url(
     settings: Settings, database_url: str, clock: FixedClock, registry: CollectorRegistry
 ) -> Iterator[str]:
     runtime = build_runtime(settings, database_url, clock=clock, registry=registry)
-    with LiveServer(create_http_app(runtime, routers=[_crashing_router()])) as url:
+    with LiveServer(
+        create_http_app(runtime, build_http_services(runtime), [_crashing_router()])
+    ) as url:
         yield url
 
 

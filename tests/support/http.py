@@ -1,13 +1,17 @@
-"""A real uvicorn server on a free loopback port, in a thread of the test process."""
+"""Serving an app to a test: a real uvicorn server on a loopback port, or in process."""
 
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from types import TracebackType
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
+
+from tests.support.waiting import wait_until_sync
 
 
 class LiveServer:
@@ -28,13 +32,13 @@ class LiveServer:
 
     def start(self, timeout: float = 15.0) -> str:
         self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
+
+        def started() -> bool:
             if not self._thread.is_alive():
                 raise RuntimeError("live server died while starting")
-            if time.monotonic() > deadline:
-                raise TimeoutError("live server did not start")
-            time.sleep(0.01)
+            return bool(self._server.started)
+
+        wait_until_sync(started, timeout=timeout, interval=0.01)
         port = self._server.servers[0].sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}"
 
@@ -52,3 +56,12 @@ class LiveServer:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@asynccontextmanager
+async def in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client calling ``app`` in this process (no socket), with the app's lifespan run."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client

@@ -16,8 +16,9 @@ from pin_sessions.bootstrap import (
     worker_database,
 )
 from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE
-from pin_sessions.identity.domain import E164_PATTERN, PERMISSION_PATTERN
+from pin_sessions.identity.domain import PERMISSION_PATTERN
 from pin_sessions.identity.errors import UnknownPhoneNumber
+from pin_sessions.platform.phone_numbers import E164_PATTERN
 
 if TYPE_CHECKING:
     from pin_sessions.cli.common import Commands

@@ -5,18 +5,15 @@ from __future__ import annotations
 from datetime import date
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from pin_sessions.dev_stats.domain import parse_period
 from pin_sessions.dev_stats.operations import Summary, summarize
-from pin_sessions.platform.auth import Authenticator
-from pin_sessions.platform.clock import Clock
-from pin_sessions.platform.database import Database
+from pin_sessions.platform.http.dependencies import DatabaseDep, Now, permission_required
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
-
-VIEW_PERMISSION = "dev-stats.view"
+from pin_sessions.platform.permissions import DEV_STATS_VIEW
 
 # Read by hand and parsed by the domain, so a bad or out-of-range date is our 400
 # DEV_STATS_PERIOD_INVALID rather than a 422; the document says what a good one is.
@@ -50,27 +47,24 @@ class SummaryOut(_Out):
     by_day: list[DayOut]
 
 
-def build_router(database: Database, authenticator: Authenticator, clock: Clock) -> APIRouter:
-    router = APIRouter(prefix="/api/dev-stats", tags=["dev-stats"])
-    viewer = Depends(authenticator.user(permission=VIEW_PERMISSION))
+router = APIRouter(prefix="/api/dev-stats", tags=["dev-stats"])
 
-    # Declared on the route, not as a parameter: a local Annotated alias cannot be resolved
-    # by FastAPI under postponed annotations, and the principal itself is not needed here.
-    @router.get(
-        "/sessions/summary",
-        dependencies=[viewer],
-        responses=problems(400, 401, 403, 503),
-        openapi_extra=PERIOD_PARAMETERS,
-    )
-    async def sessions_summary(
-        from_: Annotated[str | None, Query(alias="from", include_in_schema=False)] = None,
-        to: Annotated[str | None, Query(include_in_schema=False)] = None,
-    ) -> SummaryOut:
-        """Sessions that began between ``from`` and ``to`` (UTC days, both included)."""
-        period = parse_period(from_, to, today=clock.now().date())
-        return _render(await summarize(database, period))
 
-    return router
+@router.get(
+    "/sessions/summary",
+    dependencies=[permission_required(DEV_STATS_VIEW)],
+    responses=problems(400, 401, 403, 503),
+    openapi_extra=PERIOD_PARAMETERS,
+)
+async def sessions_summary(
+    db: DatabaseDep,
+    now: Now,
+    from_: Annotated[str | None, Query(alias="from", include_in_schema=False)] = None,
+    to: Annotated[str | None, Query(include_in_schema=False)] = None,
+) -> SummaryOut:
+    """Sessions that began between ``from`` and ``to`` (UTC days, both included)."""
+    period = parse_period(from_, to, today=now.date())
+    return _render(await summarize(db, period))
 
 
 def _render(summary: Summary) -> SummaryOut:

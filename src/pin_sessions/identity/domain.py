@@ -31,7 +31,6 @@ CODE_DIGITS = 6
 REFRESH_TOKEN_BYTES = 32
 MAX_IP_LENGTH = 45
 
-E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
 PERMISSION_PATTERN = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)+$")
 
 

@@ -15,7 +15,6 @@ Hierarchy::
         ├── SessionExpired               401 IDENTITY_SESSION_EXPIRED
         ├── SessionRevoked               401 IDENTITY_SESSION_REVOKED
         ├── RefreshTokenReused           401 IDENTITY_REFRESH_TOKEN_REUSED
-        ├── AnonymousIdInvalid           400 USER_ACTIVITY_ANONYMOUS_ID_INVALID
         └── UnknownPhoneNumber           (CLI only: no user with that phone number)
 """
 
@@ -92,13 +91,6 @@ class RefreshTokenReused(IdentityError):
     code = "IDENTITY_REFRESH_TOKEN_REUSED"
     status = 401
     title = "The refresh token was used again; every session of its family is revoked"
-
-
-class AnonymousIdInvalid(IdentityError):
-    # SPEC §4 gives X-Anonymous-Id one error code for every route that reads the header.
-    code = "USER_ACTIVITY_ANONYMOUS_ID_INVALID"
-    status = 400
-    title = "X-Anonymous-Id must be a UUID other than the nil UUID"
 
 
 class UnknownPhoneNumber(IdentityError):

@@ -1,4 +1,5 @@
-"""Identity's SQL, one named statement each (SPEC §3 tables).
+"""Every statement of the identity context, named (SPEC §3 tables): its use cases', then
+its jobs' and the Bearer liveness check's. Nothing else in the context holds SQL.
 
 Every transition is one conditional UPDATE guarded by the expected status, so a race
 has one winner by construction and the loser sees zero rows.
@@ -144,3 +145,129 @@ from identity.refresh_sessions
 where user_id = $1 and status = 'Active' and expires_at > $2
 order by last_used_at desc, id desc
 """
+
+
+# --- ExpireSessionsJob (seed 000) ----------------------------------------------------------
+
+COUNT_EXPIRED_REFRESH_SESSIONS = """
+select count(*) from identity.refresh_sessions
+where status = 'Active' and expires_at <= $1
+"""
+
+EXPIRE_REFRESH_SESSIONS = """
+update identity.refresh_sessions set status = 'Expired'
+where status = 'Active' and expires_at <= $1
+"""
+
+# One chunk: claim a portion through ix_refresh_sessions_expires_at, starting at the
+# cursor $3 where the previous chunk ended (a KeysetCursor, so no chunk rescans the
+# index entries its predecessors left behind), and flip it. SKIP LOCKED leaves rows
+# another instance holds to that instance. The claim takes FOR NO KEY UPDATE, the very
+# row lock a status UPDATE takes: claiming FOR UPDATE and then updating would make
+# PostgreSQL record both lock modes in a MultiXact for every row, which halves the
+# chunk's speed. The UPDATE addresses the claimed (locked, hence unmoved) row versions
+# by ctid: a TID scan, where a join on id could turn into a scan of the whole table.
+EXPIRE_REFRESH_SESSIONS_CHUNK = """
+with portion as (
+    select ctid as row_ctid from identity.refresh_sessions
+    where status = 'Active' and expires_at <= $1 and expires_at >= $3
+    order by expires_at
+    limit $2
+    for no key update skip locked
+),
+flipped as (
+    update identity.refresh_sessions set status = 'Expired'
+    where ctid = any(array(select row_ctid from portion))
+      and status = 'Active' and expires_at <= $1
+    returning expires_at
+)
+select count(*) as flipped, max(expires_at) as reached from flipped
+"""
+
+COUNT_EXPIRED_SICR = """
+select count(*) from identity.sign_in_confirmation_requests
+where status = 'Pending' and expires_at <= $1
+"""
+
+EXPIRE_SICR = """
+update identity.sign_in_confirmation_requests set status = 'Expired'
+where status = 'Pending' and expires_at <= $1
+"""
+
+# Claimed through ix_sicr_expires_at, like the refresh chunk above.
+EXPIRE_SICR_CHUNK = """
+with portion as (
+    select ctid as row_ctid from identity.sign_in_confirmation_requests
+    where status = 'Pending' and expires_at <= $1 and expires_at >= $3
+    order by expires_at
+    limit $2
+    for no key update skip locked
+),
+flipped as (
+    update identity.sign_in_confirmation_requests set status = 'Expired'
+    where ctid = any(array(select row_ctid from portion))
+      and status = 'Pending' and expires_at <= $1
+    returning expires_at
+)
+select count(*) as flipped, max(expires_at) as reached from flipped
+"""
+
+
+# --- SessionRetentionJob -------------------------------------------------------------------
+
+# Each batch claims rows through a partial index from the cursor $3 where the previous
+# batch ended (a KeysetCursor), and deletes the claimed (locked, hence unmoved) row
+# versions by ctid: see the chunk statements of expire_sessions for why.
+# Through ix_sicr_retention_created_at.
+DELETE_RETIRED_SICR_BATCH = """
+with doomed as (
+    select ctid as row_ctid from identity.sign_in_confirmation_requests
+    where status in ('Confirmed', 'Expired') and created_at < $1 and created_at >= $3
+    order by created_at
+    limit $2
+    for update skip locked
+),
+deleted as (
+    delete from identity.sign_in_confirmation_requests
+    where ctid = any(array(select row_ctid from doomed))
+      and status in ('Confirmed', 'Expired')
+    returning created_at
+)
+select count(*) as deleted, max(created_at) as reached from deleted
+"""
+
+# Through ix_refresh_sessions_retention_created_at.
+DELETE_RETIRED_REFRESH_SESSIONS_BATCH = """
+with doomed as (
+    select ctid as row_ctid from identity.refresh_sessions
+    where status in ('Rotated', 'Revoked', 'Expired') and created_at < $1 and created_at >= $3
+    order by created_at
+    limit $2
+    for update skip locked
+),
+deleted as (
+    delete from identity.refresh_sessions
+    where ctid = any(array(select row_ctid from doomed))
+      and status in ('Rotated', 'Revoked', 'Expired')
+    returning created_at
+)
+select count(*) as deleted, max(created_at) as reached from deleted
+"""
+
+
+# --- Bearer liveness (platform.auth.SessionLiveness) ---------------------------------------
+
+# Lazy TTL check (seed 000): an Active row past expires_at is not live, whether or not
+# ExpireSessionsJob has flipped it yet.
+SELECT_SESSION_IS_LIVE = """
+select exists (
+    select 1
+    from identity.refresh_sessions
+    where id = $1 and user_id = $2 and status = 'Active' and expires_at > $3
+)
+"""
+
+
+# --- Session settings of the jobs ----------------------------------------------------------
+
+SET_LOCK_TIMEOUT = "select set_config('lock_timeout', $1, false)"

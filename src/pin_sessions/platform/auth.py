@@ -15,7 +15,7 @@ Expiry is judged against the injected clock, not the wall clock, so tests can mo
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -187,7 +187,11 @@ _bearer = HTTPBearer(auto_error=False, description="Access token (users) or m2m 
 
 
 class Authenticator:
-    """Builds the FastAPI dependencies that routes declare."""
+    """Who a request's Bearer token says is calling, judged as each route needs.
+
+    The FastAPI dependencies routes declare live in ``platform.http.dependencies``; they
+    call these methods on the authenticator the composition root put on the app.
+    """
 
     def __init__(self, codec: TokenCodec, liveness: SessionLiveness, clock: Clock) -> None:
         self._codec = codec
@@ -196,11 +200,11 @@ class Authenticator:
 
     async def _claimed(self, request: Request, now: datetime) -> Principal | None:
         """Whom the token names, judged by the token alone (format, signature, expiry)."""
+        if not request.headers.get("authorization"):
+            return None  # a guest: most requests, the heartbeat's above all
         credentials: HTTPAuthorizationCredentials | None = await _bearer(request)
         if credentials is None:
-            if request.headers.get("authorization"):
-                raise InvalidToken("the Authorization header must be 'Bearer <token>'")
-            return None
+            raise InvalidToken("the Authorization header must be 'Bearer <token>'")
         return self._codec.decode(credentials.credentials, now=now)
 
     async def _principal(self, request: Request) -> Principal | None:
@@ -212,51 +216,34 @@ class Authenticator:
             raise SessionNotActive()
         return principal
 
-    def optional_user(self) -> Callable[[Request], Awaitable[UserPrincipal | None]]:
+    async def optional_user(self, request: Request) -> UserPrincipal | None:
         """No credentials → None (a guest); bad or non-user credentials → 401."""
+        return _as_user(await self._principal(request))
 
-        async def dependency(request: Request) -> UserPrincipal | None:
-            return _as_user(await self._principal(request))
-
-        return dependency
-
-    def claimed_user(self) -> Callable[[Request], Awaitable[UserPrincipal | None]]:
+    async def claimed_user(self, request: Request) -> UserPrincipal | None:
         """``optional_user`` without the database: whether the session is still live is not asked.
 
         A token refused by its own content (malformed, badly signed, expired, a service's)
         is a 401 all the same. For a request that must stay one statement when it can.
         """
+        return _as_user(await self._claimed(request, self._clock.now()))
 
-        async def dependency(request: Request) -> UserPrincipal | None:
-            return _as_user(await self._claimed(request, self._clock.now()))
-
-        return dependency
-
-    def user(self, permission: str | None = None) -> Callable[[Request], Awaitable[UserPrincipal]]:
+    async def user(self, request: Request, permission: str | None = None) -> UserPrincipal:
         """A signed-in user, holding ``permission`` when one is named."""
-        optional = self.optional_user()
+        principal = await self.optional_user(request)
+        if principal is None:
+            raise AuthenticationRequired()
+        if permission is not None and permission not in principal.permissions:
+            raise MissingPermission(f"permission {permission!r} is required")
+        return principal
 
-        async def dependency(request: Request) -> UserPrincipal:
-            principal = await optional(request)
-            if principal is None:
-                raise AuthenticationRequired()
-            if permission is not None and permission not in principal.permissions:
-                raise MissingPermission(f"permission {permission!r} is required")
-            return principal
-
-        return dependency
-
-    def machine(self, *any_of_scopes: str) -> Callable[[Request], Awaitable[MachinePrincipal]]:
+    async def machine(self, request: Request, *any_of_scopes: str) -> MachinePrincipal:
         """A service holding at least one of ``any_of_scopes``."""
-
-        async def dependency(request: Request) -> MachinePrincipal:
-            principal = await self._principal(request)
-            if principal is None:
-                raise AuthenticationRequired()
-            if not isinstance(principal, MachinePrincipal):
-                raise WrongTokenKind("a user token cannot call an internal API")
-            if not principal.scopes.intersection(any_of_scopes):
-                raise MissingScope(f"one of the scopes {sorted(any_of_scopes)} is required")
-            return principal
-
-        return dependency
+        principal = await self._principal(request)
+        if principal is None:
+            raise AuthenticationRequired()
+        if not isinstance(principal, MachinePrincipal):
+            raise WrongTokenKind("a user token cannot call an internal API")
+        if not principal.scopes.intersection(any_of_scopes):
+            raise MissingScope(f"one of the scopes {sorted(any_of_scopes)} is required")
+        return principal

@@ -4,12 +4,13 @@ Hierarchy::
 
     AppError (pin_sessions.platform.errors)
     └── UserActivityError
-        ├── AnonymousIdInvalid       400 USER_ACTIVITY_ANONYMOUS_ID_INVALID
-        ├── AnonymousIdRequired      400 USER_ACTIVITY_ANONYMOUS_ID_REQUIRED
         ├── CursorInvalid            400 USER_ACTIVITY_CURSOR_INVALID
         ├── LimitInvalid             400 USER_ACTIVITY_LIMIT_INVALID
         ├── ViewNotFound             404 USER_ACTIVITY_VIEW_NOT_FOUND
         └── DeviceNotFound           404 USER_ACTIVITY_DEVICE_NOT_FOUND
+
+The ``X-Anonymous-Id`` errors (USER_ACTIVITY_ANONYMOUS_ID_INVALID / _REQUIRED) belong to the
+header, which identity reads too: they live with it in ``platform.http.anonymous_id``.
 """
 
 from __future__ import annotations
@@ -19,18 +20,6 @@ from pin_sessions.platform.errors import AppError
 
 class UserActivityError(AppError):
     code = "USER_ACTIVITY_ERROR"
-
-
-class AnonymousIdInvalid(UserActivityError):
-    code = "USER_ACTIVITY_ANONYMOUS_ID_INVALID"
-    status = 400
-    title = "The AnonymousId must be a UUID"
-
-
-class AnonymousIdRequired(UserActivityError):
-    code = "USER_ACTIVITY_ANONYMOUS_ID_REQUIRED"
-    status = 400
-    title = "X-Anonymous-Id is required"
 
 
 class CursorInvalid(UserActivityError):

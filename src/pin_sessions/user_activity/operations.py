@@ -15,7 +15,6 @@ from typing import Any
 import structlog
 
 from pin_sessions.platform.database import Connection, Database
-from pin_sessions.platform.errors import ServiceUnavailable
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.outbox import append
 from pin_sessions.user_activity import events, repository, sql
@@ -24,9 +23,6 @@ from pin_sessions.user_activity.errors import ViewNotFound
 from pin_sessions.user_activity.linking import LinkOutcome, link_device, linked_event
 
 log = structlog.get_logger(__name__)
-
-# Retries follow a start that lost a race to a session closed right after; rare by far.
-MAX_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -69,28 +65,25 @@ async def active_session(
     *,
     user_id: uuid.UUID | None = None,
 ) -> Started:
-    """Heartbeat the device's Active session, or start one (INV-SES-001, INV-SES-003).
+    """Extend the device's Active session, or start one (INV-SES-001, INV-SES-003).
 
-    Racing callers all end on the one session the partial unique index let in: a loser's
-    insert does nothing and its next heartbeat finds the winner's committed row.
+    One statement: racing callers all end on the one session the partial unique index let
+    in, each loser extending the winner's.
     """
-    for _ in range(MAX_ATTEMPTS):
-        session = await repository.heartbeat(conn, anonymous_id, now)
-        if session is not None:
-            return Started(session, created=False)
-        session = await repository.insert_session(conn, anonymous_id, device, now, user_id=user_id)
-        if session is not None:
-            # The logging processor masks clientIp to its /24 (/48); it is never written whole.
-            log.info(
-                "user-activity session started",
-                sessionId=str(session.id),
-                deviceType=device.device_type.value,
-                clientIp=device.ip_address,
-            )
-            if session.user_id is not None:
-                await append(conn, linked_event(session), now=now)
-            return Started(session, created=True)
-    raise ServiceUnavailable("the device's session kept changing; retry the request")
+    session, created = await repository.continue_or_start(
+        conn, anonymous_id, device, now, user_id=user_id
+    )
+    if created:
+        # The logging processor masks clientIp to its /24 (/48); it is never written whole.
+        log.info(
+            "user-activity session started",
+            sessionId=str(session.id),
+            deviceType=device.device_type.value,
+            clientIp=device.ip_address,
+        )
+        if session.user_id is not None:
+            await append(conn, linked_event(session), now=now)
+    return Started(session, created=created)
 
 
 async def start_session(

@@ -35,6 +35,32 @@ async def heartbeat(
     return None if row is None else snapshot(row)
 
 
+async def continue_or_start(
+    conn: Connection,
+    anonymous_id: uuid.UUID,
+    device: DeviceInfo,
+    now: datetime,
+    *,
+    user_id: uuid.UUID | None = None,
+) -> tuple[SessionSnapshot, bool]:
+    """The device's Active session, extended, or a new one; True when it was started."""
+    proposed = new_id()
+    row = await conn.fetchrow(
+        sql.CONTINUE_OR_START_SESSION,
+        proposed,
+        anonymous_id,
+        user_id,
+        now,
+        device.user_agent,
+        device.device_type.value,
+        device.os,
+        device.browser,
+        device.ip_address,
+    )
+    session = snapshot(row)
+    return session, session.id == proposed
+
+
 async def insert_session(
     conn: Connection,
     anonymous_id: uuid.UUID,

@@ -1,7 +1,7 @@
-"""Every statement of the user-activity context, named.
+"""Every statement of the user-activity context, named: the Session API's, then its jobs'.
 
 State transitions are single conditional statements (``… WHERE status = 'Active'``),
-so a race has one winner by construction.
+so a race has one winner by construction. Nothing else in the context holds SQL.
 """
 
 from __future__ import annotations
@@ -15,8 +15,23 @@ where anonymous_id = $1 and status = 'Active'
 returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
 """
 
-# INV-SES-001: the partial unique index decides which of racing starts creates the session;
-# the others insert nothing and heartbeat the winner's session instead.
+# INV-SES-001/003 in one statement: continue the device's Active session or start one. The
+# partial unique index decides between racing starts: the losers extend the winner's session
+# instead (the caller learns which happened by comparing the returned id with the one it
+# proposed).
+CONTINUE_OR_START_SESSION = """
+insert into user_activity.sessions
+    (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,
+     device_user_agent, device_type, device_os, device_browser, device_ip)
+values ($1, $2, $3, case when $3::uuid is null then null else $4::timestamptz end,
+        'Active', $4, $4, $5, $6, $7, $8, $9)
+on conflict (anonymous_id) where status = 'Active'
+do update set last_activity_at = greatest(sessions.last_activity_at, excluded.last_activity_at)
+returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
+"""
+
+# A linker's new session: when the device already has an Active one, nothing is inserted
+# and the linker re-reads it (INV-SES-001).
 INSERT_SESSION = """
 insert into user_activity.sessions
     (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,
@@ -167,4 +182,45 @@ from user_activity.sessions
 where anonymous_id = $1
 order by created_at desc, id desc
 limit 1
+"""
+
+
+# --- ActivityCloserJob (seed 004) ----------------------------------------------------------
+
+# Through ix_sessions_active_last_activity, oldest activity first; SKIP LOCKED leaves
+# sessions another closer or a linker holds to them.
+CLAIM_IDLE_SESSIONS = """
+select id from user_activity.sessions
+where status = 'Active' and last_activity_at < $1
+order by last_activity_at
+limit $2
+for update skip locked
+"""
+
+COUNT_IDLE_SESSIONS = """
+select count(*) from user_activity.sessions
+where status = 'Active' and last_activity_at < $1
+"""
+
+
+# --- ActivityRetentionJob ------------------------------------------------------------------
+
+CLAIM_RETIRED_SESSIONS = """
+select id from user_activity.sessions
+where status = 'Inactive' and created_at < $1
+order by created_at
+limit $2
+for update skip locked
+"""
+
+DELETE_ACTION_EVENTS = """
+delete from user_activity.action_events where session_id = any($1::uuid[])
+"""
+
+DELETE_PROPERTY_OBJECT_VIEWS = """
+delete from user_activity.property_object_views where session_id = any($1::uuid[])
+"""
+
+DELETE_SESSIONS = """
+delete from user_activity.sessions where id = any($1::uuid[]) and status = 'Inactive'
 """

@@ -1,4 +1,4 @@
-"""Routes serving the pages and scripts in ``static/`` (package data, read once at build time).
+"""Routes serving the pages and scripts in ``static/`` (package data, read once, when first asked).
 
 ``/dev-stats`` is the dashboard over ``GET /api/dev-stats/sessions/summary``; ``/demo`` uses the
 tracker so a developer can watch sessions appear. With ``PIN_DEV_CODES=1`` (never in prod) one
@@ -8,22 +8,22 @@ dashboard can sign a developer in with the dev sign-in codes and show data on ``
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from importlib import resources
-from typing import Annotated, Protocol
+from typing import Annotated, Protocol, runtime_checkable
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Depends, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.errors import NotFound
+from pin_sessions.platform.http.dependencies import Now, state
 from pin_sessions.platform.http.openapi import problems
-
-DEV_STATS_PERMISSION = "dev-stats.view"
-E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
+from pin_sessions.platform.permissions import DEV_STATS_VIEW
+from pin_sessions.platform.phone_numbers import E164_PATTERN
 
 # Name → media type of every file the router serves; nothing else under static/ is reachable.
 STATIC_FILES = {
@@ -44,8 +44,9 @@ CONTENT_SECURITY_POLICY = (
 CACHE_CONTROL = "no-cache"
 
 
+@runtime_checkable
 class PermissionGrants(Protocol):
-    """What identity offers operators; the composition root passes it in dev mode only."""
+    """What identity offers operators: the composition root's ``app.state.identity``."""
 
     async def grant_permissions(
         self, phone_number: str, permissions: Iterable[str], now: datetime
@@ -58,58 +59,61 @@ class DevViewerBody(BaseModel):
     phone_number: Annotated[str, Field(pattern=E164_PATTERN)]
 
 
+@functools.cache
 def static_bytes(name: str) -> bytes:
     """The packaged copy of one file under ``static/``."""
     return resources.files("pin_sessions.web").joinpath("static", name).read_bytes()
 
 
-def build_web_router(clock: Clock, dev_grants: PermissionGrants | None = None) -> APIRouter:
-    """The pages and their scripts; the dev grant route exists only when ``dev_grants`` is given.
+# Pages and scripts are not API operations, so the OpenAPI document leaves them out.
+router = APIRouter(include_in_schema=False)
+# Mounted only with PIN_DEV_CODES=1 (never in prod); documented whenever it is mounted.
+dev_router = APIRouter(prefix="/dev", tags=["development"])
 
-    Pages and scripts are not API operations, so the OpenAPI document leaves them out; the
-    dev grant route is one, and is documented whenever it is mounted.
-    """
-    router = APIRouter()
-    files = {name: static_bytes(name) for name in STATIC_FILES}
-    pages = {path: static_bytes(name) for path, name in PAGES.items()}
+PAGE_HEADERS = {"Cache-Control": CACHE_CONTROL, "Content-Security-Policy": CONTENT_SECURITY_POLICY}
 
-    def page(path: str) -> None:
-        body = pages[path]
 
-        @router.get(path, include_in_schema=False)
-        async def serve_page() -> Response:
-            return Response(
-                body,
-                media_type="text/html; charset=utf-8",
-                headers={
-                    "Cache-Control": CACHE_CONTROL,
-                    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-                },
-            )
+@router.get("/dev-stats")
+async def dashboard() -> Response:
+    """The sessions dashboard."""
+    return Response(
+        static_bytes(PAGES["/dev-stats"]),
+        media_type="text/html; charset=utf-8",
+        headers=PAGE_HEADERS,
+    )
 
-    for path in PAGES:
-        page(path)
 
-    @router.get("/static/{name}", include_in_schema=False)
-    async def serve_static(name: str) -> Response:
-        if name not in files:
-            raise NotFound(f"no static file {name!r}")
-        return Response(
-            files[name], media_type=STATIC_FILES[name], headers={"Cache-Control": CACHE_CONTROL}
-        )
+@router.get("/demo")
+async def demo() -> Response:
+    """The tracker demo."""
+    return Response(
+        static_bytes(PAGES["/demo"]), media_type="text/html; charset=utf-8", headers=PAGE_HEADERS
+    )
 
-    if dev_grants is not None:
-        grants = dev_grants
 
-        @router.post(
-            "/dev/dev-stats/viewers",
-            status_code=status.HTTP_204_NO_CONTENT,
-            tags=["development"],
-            responses=problems(400, 413, 422, 503),
-        )
-        async def grant_dev_viewer(body: DevViewerBody) -> Response:
-            """Development only: let this phone's user read the dashboard after signing in."""
-            await grants.grant_permissions(body.phone_number, [DEV_STATS_PERMISSION], clock.now())
-            return Response(status_code=status.HTTP_204_NO_CONTENT)
+@router.get("/static/{name}")
+async def serve_static(name: str) -> Response:
+    if name not in STATIC_FILES:
+        raise NotFound(f"no static file {name!r}")
+    return Response(
+        static_bytes(name), media_type=STATIC_FILES[name], headers={"Cache-Control": CACHE_CONTROL}
+    )
 
-    return router
+
+async def _grants(request: Request) -> PermissionGrants:
+    return state(request, "identity", PermissionGrants)  # type: ignore[type-abstract]
+
+
+@dev_router.post(
+    "/dev-stats/viewers",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problems(400, 413, 422, 503),
+)
+async def grant_dev_viewer(
+    body: DevViewerBody,
+    grants: Annotated[PermissionGrants, Depends(_grants)],
+    now: Now,
+) -> Response:
+    """Development only: let this phone's user read the dashboard after signing in."""
+    await grants.grant_permissions(body.phone_number, [DEV_STATS_VIEW], now)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

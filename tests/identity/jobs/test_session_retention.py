@@ -8,15 +8,15 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.identity.jobs.expire_sessions import (
-    EXPIRE_REFRESH_SESSIONS_CHUNK,
-    EXPIRE_SICR_CHUNK,
-)
 from pin_sessions.identity.jobs.session_retention import (
-    DELETE_RETIRED_REFRESH_SESSIONS_BATCH,
-    DELETE_RETIRED_SICR_BATCH,
     SessionRetentionResult,
     build_session_retention_job,
+)
+from pin_sessions.identity.sql import (
+    DELETE_RETIRED_REFRESH_SESSIONS_BATCH,
+    DELETE_RETIRED_SICR_BATCH,
+    EXPIRE_REFRESH_SESSIONS_CHUNK,
+    EXPIRE_SICR_CHUNK,
 )
 from pin_sessions.platform.jobs import EARLIEST, PollingWorker
 from pin_sessions.platform.runtime import Runtime

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.user_activity.jobs.activity_retention import CLAIM_RETIRED_SESSIONS
+from pin_sessions.user_activity.sql import CLAIM_RETIRED_SESSIONS
 from tests.user_activity.jobs.rows import insert_actions, insert_sessions, insert_views
 from tests.user_activity.jobs.support import retain_once
 

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.user_activity.jobs.activity_closer import CLAIM_IDLE_SESSIONS
+from pin_sessions.user_activity.sql import CLAIM_IDLE_SESSIONS
 from tests.conftest import LogCapture
 from tests.user_activity.jobs.rows import insert_sessions, insert_views
 from tests.user_activity.jobs.support import close_once, closer_worker

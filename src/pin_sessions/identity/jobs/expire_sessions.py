@@ -37,6 +37,7 @@ import structlog
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from pin_sessions.identity import sql
 from pin_sessions.platform.jobs import (
     RUN_DURATION_BUCKETS_MS,
     JobRun,
@@ -55,71 +56,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-COUNT_EXPIRED_REFRESH_SESSIONS = """
-select count(*) from identity.refresh_sessions
-where status = 'Active' and expires_at <= $1
-"""
-
-EXPIRE_REFRESH_SESSIONS = """
-update identity.refresh_sessions set status = 'Expired'
-where status = 'Active' and expires_at <= $1
-"""
-
-# One chunk: claim a portion through ix_refresh_sessions_expires_at, starting at the
-# cursor $3 where the previous chunk ended (a KeysetCursor, so no chunk rescans the
-# index entries its predecessors left behind), and flip it. SKIP LOCKED leaves rows
-# another instance holds to that instance. The claim takes FOR NO KEY UPDATE, the very
-# row lock a status UPDATE takes: claiming FOR UPDATE and then updating would make
-# PostgreSQL record both lock modes in a MultiXact for every row, which halves the
-# chunk's speed. The UPDATE addresses the claimed (locked, hence unmoved) row versions
-# by ctid: a TID scan, where a join on id could turn into a scan of the whole table.
-EXPIRE_REFRESH_SESSIONS_CHUNK = """
-with portion as (
-    select ctid as row_ctid from identity.refresh_sessions
-    where status = 'Active' and expires_at <= $1 and expires_at >= $3
-    order by expires_at
-    limit $2
-    for no key update skip locked
-),
-flipped as (
-    update identity.refresh_sessions set status = 'Expired'
-    where ctid = any(array(select row_ctid from portion))
-      and status = 'Active' and expires_at <= $1
-    returning expires_at
-)
-select count(*) as flipped, max(expires_at) as reached from flipped
-"""
-
-COUNT_EXPIRED_SICR = """
-select count(*) from identity.sign_in_confirmation_requests
-where status = 'Pending' and expires_at <= $1
-"""
-
-EXPIRE_SICR = """
-update identity.sign_in_confirmation_requests set status = 'Expired'
-where status = 'Pending' and expires_at <= $1
-"""
-
-# Claimed through ix_sicr_expires_at, like the refresh chunk above.
-EXPIRE_SICR_CHUNK = """
-with portion as (
-    select ctid as row_ctid from identity.sign_in_confirmation_requests
-    where status = 'Pending' and expires_at <= $1 and expires_at >= $3
-    order by expires_at
-    limit $2
-    for no key update skip locked
-),
-flipped as (
-    update identity.sign_in_confirmation_requests set status = 'Expired'
-    where ctid = any(array(select row_ctid from portion))
-      and status = 'Pending' and expires_at <= $1
-    returning expires_at
-)
-select count(*) as flipped, max(expires_at) as reached from flipped
-"""
-
-SET_LOCK_TIMEOUT = "select set_config('lock_timeout', $1, false)"
-
 REFRESH = "refresh"
 SICR = "sicr"
 
@@ -135,11 +71,11 @@ class ExpiryPhase:
 PHASES = (
     ExpiryPhase(
         REFRESH,
-        COUNT_EXPIRED_REFRESH_SESSIONS,
-        EXPIRE_REFRESH_SESSIONS,
-        EXPIRE_REFRESH_SESSIONS_CHUNK,
+        sql.COUNT_EXPIRED_REFRESH_SESSIONS,
+        sql.EXPIRE_REFRESH_SESSIONS,
+        sql.EXPIRE_REFRESH_SESSIONS_CHUNK,
     ),
-    ExpiryPhase(SICR, COUNT_EXPIRED_SICR, EXPIRE_SICR, EXPIRE_SICR_CHUNK),
+    ExpiryPhase(SICR, sql.COUNT_EXPIRED_SICR, sql.EXPIRE_SICR, sql.EXPIRE_SICR_CHUNK),
 )
 
 
@@ -267,7 +203,7 @@ class ExpireSessionsJob:
         self, phase: ExpiryPhase, now: datetime, run: JobRun, outcome: ExpiryOutcome
     ) -> None:
         async with self.database.connection() as conn:
-            await conn.execute(SET_LOCK_TIMEOUT, lock_timeout_text(self.options.lock_timeout))
+            await conn.execute(sql.SET_LOCK_TIMEOUT, lock_timeout_text(self.options.lock_timeout))
             backlog: int = await conn.fetchval(phase.count_sql, now)
             # What the phase reports left should a statement below fail: the backlog,
             # less each statement's rows as it commits (see _record).

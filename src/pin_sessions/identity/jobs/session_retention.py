@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from pin_sessions.identity import sql
 from pin_sessions.platform.jobs import JobRun, KeysetCursor, PhaseOutcome
 from pin_sessions.settings import SessionRetentionSettings
 
@@ -36,45 +37,6 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from pin_sessions.platform.database import Database
-
-# Each batch claims rows through a partial index from the cursor $3 where the previous
-# batch ended (a KeysetCursor), and deletes the claimed (locked, hence unmoved) row
-# versions by ctid: see the chunk statements of expire_sessions for why.
-# Through ix_sicr_retention_created_at.
-DELETE_RETIRED_SICR_BATCH = """
-with doomed as (
-    select ctid as row_ctid from identity.sign_in_confirmation_requests
-    where status in ('Confirmed', 'Expired') and created_at < $1 and created_at >= $3
-    order by created_at
-    limit $2
-    for update skip locked
-),
-deleted as (
-    delete from identity.sign_in_confirmation_requests
-    where ctid = any(array(select row_ctid from doomed))
-      and status in ('Confirmed', 'Expired')
-    returning created_at
-)
-select count(*) as deleted, max(created_at) as reached from deleted
-"""
-
-# Through ix_refresh_sessions_retention_created_at.
-DELETE_RETIRED_REFRESH_SESSIONS_BATCH = """
-with doomed as (
-    select ctid as row_ctid from identity.refresh_sessions
-    where status in ('Rotated', 'Revoked', 'Expired') and created_at < $1 and created_at >= $3
-    order by created_at
-    limit $2
-    for update skip locked
-),
-deleted as (
-    delete from identity.refresh_sessions
-    where ctid = any(array(select row_ctid from doomed))
-      and status in ('Rotated', 'Revoked', 'Expired')
-    returning created_at
-)
-select count(*) as deleted, max(created_at) as reached from deleted
-"""
 
 SICR_TABLE = "sign_in_confirmation_requests"
 REFRESH_TABLE = "refresh_sessions"
@@ -154,9 +116,12 @@ class SessionRetentionJob:
 
     async def run_once(self, now: datetime, run: JobRun) -> SessionRetentionResult:
         phases = (
-            (RetentionPhase("sicr", SICR_TABLE, DELETE_RETIRED_SICR_BATCH), self.options.sicr_age),
             (
-                RetentionPhase("refresh", REFRESH_TABLE, DELETE_RETIRED_REFRESH_SESSIONS_BATCH),
+                RetentionPhase("sicr", SICR_TABLE, sql.DELETE_RETIRED_SICR_BATCH),
+                self.options.sicr_age,
+            ),
+            (
+                RetentionPhase("refresh", REFRESH_TABLE, sql.DELETE_RETIRED_REFRESH_SESSIONS_BATCH),
                 self.options.refresh_age,
             ),
         )

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
-from starlette.middleware import Middleware
+from fastapi.routing import APIRoute
 
+from pin_sessions.platform.http.dependencies import HttpServices
+from pin_sessions.platform.http.fast_path import FastPath
 from pin_sessions.platform.http.head import HeadAsGet
-from pin_sessions.platform.http.health import build_health_router
+from pin_sessions.platform.http.health import router as health_router
 from pin_sessions.platform.http.middleware import RequestContextMiddleware
 from pin_sessions.platform.http.openapi import install_problem_schema
 from pin_sessions.platform.http.problems import install_problem_handlers
@@ -19,22 +21,26 @@ from pin_sessions.platform.runtime import Runtime
 
 def create_http_app(
     runtime: Runtime,
+    services: HttpServices,
     routers: Sequence[APIRouter] = (),
     *,
+    state: Mapping[str, object] | None = None,
     quiet_paths: Iterable[str] = (),
-    shortcuts: Sequence[Middleware] = (),
+    fast_routes: Sequence[APIRoute] = (),
 ) -> FastAPI:
     """An app whose lifespan opens and closes the runtime's database pool.
 
-    Successful requests to ``quiet_paths`` are counted in metrics but not logged line by line.
-    ``shortcuts`` are ASGI middleware that answer a hot request's common case before the
-    routers see it; they run inside the request context (request id, metrics, body limit).
+    ``services`` (and each entry of ``state``) is put on ``app.state`` for the routes'
+    dependencies. Successful requests to ``quiet_paths`` are counted in metrics but not
+    logged line by line. ``fast_routes`` — routes of ``routers`` whose endpoint takes the
+    request alone — are dispatched beneath the framework (``fast_path``), inside the request
+    context (request id, metrics, body limit).
     """
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        # `up` opens the pool before serving and shares it with the workers; then the
-        # pool is not ours to close.
+        # A test may open the pool before serving, to prepare rows; then it is not ours
+        # to close.
         owns_pool = not runtime.database.is_open
         await runtime.database.open()
         try:
@@ -51,15 +57,19 @@ def create_http_app(
         docs_url="/docs",
         redoc_url=None,
     )
+    app.state.services = services
+    app.state.registry = runtime.registry
+    for name, value in (state or {}).items():
+        setattr(app.state, name, value)
     install_problem_handlers(app)
     install_problem_schema(app)
-    app.include_router(build_health_router(runtime))
+    app.include_router(health_router)
     for router in routers:
         app.include_router(router)
     # The middleware added last runs first.
     app.add_middleware(HeadAsGet)
-    for shortcut in reversed(shortcuts):
-        app.add_middleware(shortcut.cls, *shortcut.args, **shortcut.kwargs)
+    if fast_routes:
+        app.add_middleware(FastPath, routes=fast_routes)
     app.add_middleware(
         RequestContextMiddleware,
         metrics=HttpMetrics.register(runtime.registry),

@@ -7,14 +7,15 @@ import asyncio
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from pin_sessions.platform.errors import ServiceUnavailable
+from pin_sessions.platform.http.dependencies import DatabaseDep, state
 from pin_sessions.platform.http.openapi import problems
 from pin_sessions.platform.http.problems import problem_response
 from pin_sessions.platform.metrics import CONTENT_TYPE_LATEST, render
 from pin_sessions.platform.migrations import pending_migrations
-from pin_sessions.platform.runtime import Runtime
 
 log = structlog.get_logger(__name__)
 
@@ -25,43 +26,44 @@ class Status(BaseModel):
     status: str
 
 
-def build_health_router(runtime: Runtime) -> APIRouter:
-    router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"])
 
-    @router.get("/healthz", summary="The process is alive")
-    async def healthz() -> Status:
-        return Status(status="ok")
 
-    @router.get(
-        "/readyz",
-        summary="The database answers and its migrations are current",
-        response_model=Status,
-        responses=problems(503),
-    )
-    async def readyz(request: Request) -> Response:
-        try:
-            async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
-                async with runtime.database.connection() as conn:
-                    pending = await pending_migrations(conn)
-        except (Exception, TimeoutError) as exc:  # any failure means "not ready", never a 500
-            log.warning("readiness check failed", errorType=type(exc).__name__)
-            return problem_response(request, ServiceUnavailable, detail="database unavailable")
-        if pending:
-            return problem_response(
-                request,
-                ServiceUnavailable,
-                detail="database migrations are not current",
-                extra={"pendingMigrations": [migration.version for migration in pending]},
-            )
-        return JSONResponse({"status": "ready"})
+@router.get("/healthz", summary="The process is alive")
+async def healthz() -> Status:
+    return Status(status="ok")
 
-    @router.get(
-        "/metrics",
-        summary="Prometheus metrics",
-        response_class=Response,
-        responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
-    )
-    async def metrics() -> Response:
-        return Response(render(runtime.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return router
+@router.get(
+    "/readyz",
+    summary="The database answers and its migrations are current",
+    response_model=Status,
+    responses=problems(503),
+)
+async def readyz(request: Request, database: DatabaseDep) -> Response:
+    try:
+        async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
+            async with database.connection() as conn:
+                pending = await pending_migrations(conn)
+    except (Exception, TimeoutError) as exc:  # any failure means "not ready", never a 500
+        log.warning("readiness check failed", errorType=type(exc).__name__)
+        return problem_response(request, ServiceUnavailable, detail="database unavailable")
+    if pending:
+        return problem_response(
+            request,
+            ServiceUnavailable,
+            detail="database migrations are not current",
+            extra={"pendingMigrations": [migration.version for migration in pending]},
+        )
+    return JSONResponse({"status": "ready"})
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+)
+async def metrics(request: Request) -> Response:
+    registry = state(request, "registry", CollectorRegistry)
+    return Response(render(registry), media_type=CONTENT_TYPE_LATEST)

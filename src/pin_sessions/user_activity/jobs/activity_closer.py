@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pin_sessions.platform.jobs import RUN_DURATION_BUCKETS_MS, PhaseOutcome
 from pin_sessions.settings import ActivityCloserSettings
+from pin_sessions.user_activity import sql
 from pin_sessions.user_activity.closing import close_sessions
 
 if TYPE_CHECKING:
@@ -43,21 +44,6 @@ if TYPE_CHECKING:
     from pin_sessions.platform.jobs import JobRun
 
 log = structlog.get_logger(__name__)
-
-# Through ix_sessions_active_last_activity, oldest activity first; SKIP LOCKED leaves
-# sessions another closer or a linker holds to them.
-CLAIM_IDLE_SESSIONS = """
-select id from user_activity.sessions
-where status = 'Active' and last_activity_at < $1
-order by last_activity_at
-limit $2
-for update skip locked
-"""
-
-COUNT_IDLE_SESSIONS = """
-select count(*) from user_activity.sessions
-where status = 'Active' and last_activity_at < $1
-"""
 
 PHASE = "close"
 
@@ -166,7 +152,7 @@ class ActivityCloserJob:
         """
         started = time.monotonic()
         async with self.database.transaction() as conn:
-            rows = await conn.fetch(CLAIM_IDLE_SESSIONS, idle_before, self.options.batch_size)
+            rows = await conn.fetch(sql.CLAIM_IDLE_SESSIONS, idle_before, self.options.batch_size)
             closed = await close_sessions(
                 conn, [row["id"] for row in rows], now=ended_at, idle_before=idle_before
             )
@@ -182,7 +168,7 @@ class ActivityCloserJob:
     async def _count_backlog(self, idle_before: datetime) -> int | None:
         try:
             async with self.database.connection() as conn:
-                backlog: int = await conn.fetchval(COUNT_IDLE_SESSIONS, idle_before)
+                backlog: int = await conn.fetchval(sql.COUNT_IDLE_SESSIONS, idle_before)
         except Exception as exc:
             # The run's work is committed; only the gauge misses this tick.
             log.warning("backlog not counted", exception=f"{type(exc).__name__}: {exc}")

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from pin_sessions.platform.jobs import PhaseOutcome, command_row_count
 from pin_sessions.settings import ActivityRetentionSettings
+from pin_sessions.user_activity import sql
 
 if TYPE_CHECKING:
     import uuid
@@ -33,31 +34,11 @@ if TYPE_CHECKING:
     from pin_sessions.platform.database import Connection, Database
     from pin_sessions.platform.jobs import JobRun
 
-CLAIM_RETIRED_SESSIONS = """
-select id from user_activity.sessions
-where status = 'Inactive' and created_at < $1
-order by created_at
-limit $2
-for update skip locked
-"""
-
-DELETE_ACTION_EVENTS = """
-delete from user_activity.action_events where session_id = any($1::uuid[])
-"""
-
-DELETE_PROPERTY_OBJECT_VIEWS = """
-delete from user_activity.property_object_views where session_id = any($1::uuid[])
-"""
-
-DELETE_SESSIONS = """
-delete from user_activity.sessions where id = any($1::uuid[]) and status = 'Inactive'
-"""
-
 # Children first: their foreign keys RESTRICT the session's deletion.
 DELETES = (
-    ("action_events", DELETE_ACTION_EVENTS),
-    ("property_object_views", DELETE_PROPERTY_OBJECT_VIEWS),
-    ("sessions", DELETE_SESSIONS),
+    ("action_events", sql.DELETE_ACTION_EVENTS),
+    ("property_object_views", sql.DELETE_PROPERTY_OBJECT_VIEWS),
+    ("sessions", sql.DELETE_SESSIONS),
 )
 
 PHASE = "delete"
@@ -136,7 +117,7 @@ class ActivityRetentionJob:
     async def _delete_batch(self, cutoff: datetime, result: ActivityRetentionResult) -> int:
         """One transaction: claim a batch of sessions, delete children then sessions."""
         async with self.database.transaction() as conn:
-            rows = await conn.fetch(CLAIM_RETIRED_SESSIONS, cutoff, self.options.batch_size)
+            rows = await conn.fetch(sql.CLAIM_RETIRED_SESSIONS, cutoff, self.options.batch_size)
             counts = await _delete_claimed(conn, [row["id"] for row in rows])
         result.batches += 1
         result.largest_batch = max(result.largest_batch, counts["sessions"])

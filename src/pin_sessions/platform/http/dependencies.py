@@ -1,0 +1,94 @@
+"""What every context's routes may ask for, as ``Annotated`` dependencies.
+
+The composition root puts one :class:`HttpServices` on ``app.state.services`` (and a
+context's own use cases beside it, see ``state``); routes are module-level functions that
+declare what they need — ``db: DatabaseDep``, ``now: Now``, ``user: CurrentUser`` — and
+nothing is wired at import time. Every context gets the same narrow set: the database,
+the clock, the caller (by Bearer token) and the caller's address.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, Request
+
+from pin_sessions.platform.auth import Authenticator, MachinePrincipal, UserPrincipal
+from pin_sessions.platform.clock import Clock
+from pin_sessions.platform.database import Database
+from pin_sessions.platform.http.client_address import Network, request_client_ip
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class HttpServices:
+    """The composition root's gift to every route, on ``app.state.services``."""
+
+    database: Database
+    clock: Clock
+    authenticator: Authenticator
+    # Peers whose X-Forwarded-For is believed (PIN_TRUSTED_PROXIES).
+    trusted_proxies: tuple[Network, ...] = ()
+
+
+def state(request: Request, name: str, kind: type[T]) -> T:
+    """``app.state.<name>``, which the composition root set to a ``kind``."""
+    value = getattr(request.app.state, name)
+    if not isinstance(value, kind):
+        raise TypeError(f"app.state.{name} is {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
+def services(request: Request) -> HttpServices:
+    return state(request, "services", HttpServices)
+
+
+# Dependencies are coroutines: FastAPI would run a plain function in a worker thread.
+async def _database(request: Request) -> Database:
+    return services(request).database
+
+
+async def _now(request: Request) -> datetime:
+    return services(request).clock.now()
+
+
+async def _client_ip(request: Request) -> str | None:
+    return request_client_ip(request, services(request).trusted_proxies)
+
+
+async def optional_user(request: Request) -> UserPrincipal | None:
+    """A guest (None) or a signed-in user; bad or non-user credentials are a 401."""
+    return await services(request).authenticator.optional_user(request)
+
+
+async def _current_user(request: Request) -> UserPrincipal:
+    return await services(request).authenticator.user(request)
+
+
+DatabaseDep = Annotated[Database, Depends(_database)]
+# The server's clock, read once per request (INV-SES-004: only the server sets times).
+Now = Annotated[datetime, Depends(_now)]
+ClientIp = Annotated[str | None, Depends(_client_ip)]
+OptionalUser = Annotated[UserPrincipal | None, Depends(optional_user)]
+CurrentUser = Annotated[UserPrincipal, Depends(_current_user)]
+
+
+def permission_required(permission: str) -> Any:
+    """For ``dependencies=[...]``: a signed-in user holding ``permission``."""
+
+    async def check(request: Request) -> UserPrincipal:
+        return await services(request).authenticator.user(request, permission)
+
+    return Depends(check)
+
+
+def scope_required(*any_of_scopes: str) -> Any:
+    """For ``dependencies=[...]``: a service holding one of ``any_of_scopes``."""
+
+    async def check(request: Request) -> MachinePrincipal:
+        return await services(request).authenticator.machine(request, *any_of_scopes)
+
+    return Depends(check)

@@ -1,0 +1,6 @@
+"""Phone numbers as the API and the command line accept them: E.164, nothing else."""
+
+from __future__ import annotations
+
+# "+", a non-zero country code digit, 7 to 15 digits in all (ITU-T E.164).
+E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
