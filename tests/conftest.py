@@ -17,7 +17,7 @@ from pin_sessions.platform.logging import configure_logging
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import Settings, load_settings
-from tests.support.http import LiveServer
+from tests.support.http import LiveServer, in_process
 from tests.support.postgres import DatabaseFactory, test_server
 
 TEST_JWT_SECRET = "test-secret-that-is-long-enough-for-hs256-signing"
@@ -115,6 +115,11 @@ def api_url(
 
 
 @pytest.fixture
-async def http(api_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
+async def http(
+    settings: Settings, database_url: str, clock: FixedClock, registry: CollectorRegistry
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The whole API called in process (no socket), its lifespan run: most API tests use it;
+    ``api_url`` serves it over real HTTP for the tests about the wire itself."""
+    api = build_api(build_runtime(settings, database_url, clock=clock, registry=registry))
+    async with in_process(api) as client:
         yield client

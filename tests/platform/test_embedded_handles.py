@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from pin_sessions.platform.embedded_handles import (
     drop_stale_handles,
     record_handle_start,
 )
+from tests.support.waiting import wait_until_sync
 
 
 @pytest.fixture
@@ -53,10 +53,11 @@ def test_the_handle_of_a_process_that_no_longer_exists_is_dropped(
 def test_the_handle_of_an_unreaped_zombie_is_dropped(tmp_path: Path) -> None:
     exited = subprocess.Popen(["true"])
     try:
-        deadline = time.monotonic() + 10
-        while psutil.Process(exited.pid).status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline, "the child never exited"
-            time.sleep(0.01)
+        wait_until_sync(
+            lambda: psutil.Process(exited.pid).status() == psutil.STATUS_ZOMBIE,
+            timeout=10,
+            interval=0.01,
+        )
         _write_handles(tmp_path, [exited.pid])
 
         assert drop_stale_handles(tmp_path) == [exited.pid]

@@ -23,6 +23,7 @@ from pin_sessions.platform.jobs import JobRun, PhaseOutcome, PollingWorker
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import JobSettings, load_settings
 from tests.conftest import LogCapture
+from tests.support.waiting import wait_until
 
 SCRIPTED_OPTIONS = JobSettings(
     polling_interval=timedelta(minutes=1), batch_size=1, max_run_duration=timedelta(minutes=1)
@@ -88,8 +89,7 @@ async def test_the_loop_waits_for_the_interval_unless_stopped(
     worker = PollingWorker(job, clock=clock, interval=timedelta(hours=1), registry=registry)
     stop = asyncio.Event()
     loop = asyncio.create_task(worker.run(stop))
-    while not job.nows:
-        await asyncio.sleep(0)
+    await wait_until(lambda: bool(job.nows), timeout=10, interval=0)
     await asyncio.sleep(0.05)
 
     assert len(job.nows) == 1, "no second pass before the interval"

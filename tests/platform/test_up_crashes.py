@@ -20,6 +20,7 @@ import pytest
 
 from pin_sessions.platform.embedded import RESTART_ATTEMPTS
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
+from tests.support.waiting import wait_until_sync
 
 STOP_BOUND_SECONDS = 5
 RESTART_DEADLINE_SECONDS = 20
@@ -184,15 +185,15 @@ def _postmasters_of(pgdata: Path) -> list[psutil.Process]:
 def _wait_for_another_postmaster(
     pgdata: Path, killed: int, up: subprocess.Popen[str], timeout: float = RESTART_DEADLINE_SECONDS
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def restarted() -> bool:
         assert up.poll() is None, f"up exited with {up.returncode}"
         try:
             pid = _postmaster_pid(pgdata)
         except (FileNotFoundError, ValueError, IndexError):
             pid = killed  # being rewritten
         with contextlib.suppress(psutil.NoSuchProcess):
-            if pid != killed and _alive([psutil.Process(pid)]):
-                return
-        time.sleep(0.1)
-    raise AssertionError("no new postmaster started")
+            return pid != killed and bool(_alive([psutil.Process(pid)]))
+        return False
+
+    wait_until_sync(restarted, timeout=timeout, interval=0.1)

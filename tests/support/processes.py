@@ -8,12 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
 import httpx
+
+from tests.support.waiting import wait_until_sync
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,15 +72,13 @@ async def metrics_of_up(env: Mapping[str, str]) -> str:
 
 
 def wait_until_ready(url: str, process: subprocess.Popen[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if process.poll() is not None:
             _, err = process.communicate()
             raise AssertionError(f"process exited with {process.returncode}: {(err or '')[-2000:]}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return
+            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{url} never became ready")
+            return False
+
+    wait_until_sync(ready, timeout=timeout, interval=0.1)

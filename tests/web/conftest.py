@@ -11,6 +11,7 @@ import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.async_api import Browser, BrowserContext, async_playwright
 
@@ -33,6 +34,13 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 def settings_env(settings_env: dict[str, str]) -> dict[str, str]:
     """The pages sign in with development codes, as on ``pin-sessions up``."""
     return {**settings_env, "PIN_DEV_CODES": "1"}
+
+
+@pytest.fixture
+async def http(api_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The live API the browser uses, over real HTTP: these are the end-to-end tests."""
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
+        yield client
 
 
 @pytest.fixture(scope="session")

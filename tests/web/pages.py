@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from playwright.async_api import Page, Request, Response
+
+from tests.support.waiting import wait_until
 
 HEARTBEAT_PATH = "/api/user-activity/sessions/heartbeat"
 ACTIONS_PATH = "/api/user-activity/actions"
@@ -91,11 +92,7 @@ class Traffic:
     async def wait_accepted(self, path: str, count: int) -> None:
         """Until ``count`` responses to ``path`` arrived here: Playwright reports network
         events apart from the page's own state, so they may trail what the page shows."""
-        for _ in range(400):
-            if self.accepted(path) >= count:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"{self.accepted(path)} of {count} responses to {path} arrived")
+        await wait_until(lambda: self.accepted(path) >= count, timeout=20)
 
 
 def _path(url: str) -> str:

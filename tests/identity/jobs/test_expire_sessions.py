@@ -28,6 +28,7 @@ from tests.identity.jobs.rows import (
     statuses,
 )
 from tests.identity.jobs.support import expire_once, expire_sessions_worker
+from tests.support.waiting import wait_until
 
 PAST = timedelta(minutes=1)
 BACKLOG = "identity_expire_sessions_backlog"
@@ -459,8 +460,7 @@ async def test_stop_during_a_phase_lets_the_running_chunk_commit_and_skips_the_r
 
     async def stop_after_the_first_chunk() -> None:
         # The signal arrives while the job is inside a later chunk's UPDATE.
-        while flipped() == 0:
-            await asyncio.sleep(0)
+        await wait_until(lambda: flipped() > 0, timeout=30, interval=0)
         stop.set()
 
     stopper = asyncio.create_task(stop_after_the_first_chunk())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from tests.support.processes import (
     metrics_of_up,
     pin_sessions,
 )
+from tests.support.waiting import wait_until
 
 EXPIRED_REFRESH_SESSIONS = 50_000
 EXPIRED_SICR = 10_000
@@ -90,9 +90,12 @@ async def test_two_processes_flip_every_expired_row_exactly_once(
         await gate.execute("lock table identity.refresh_sessions in share mode")
         processes = [pin_sessions("job", "expire-sessions", "--once", env=env) for _ in range(2)]
         # pg_stat_activity is read once per transaction: the gate's own would never change.
-        while await _count_lock_waiters(database_url) < 2:
+
+        async def both_waiting() -> bool:
             assert all(process.poll() is None for process in processes)
-            await asyncio.sleep(0.05)
+            return await _count_lock_waiters(database_url) >= 2
+
+        await wait_until(both_waiting, timeout=60)
         await gate_transaction.rollback()
         outputs = [await communicate(process) for process in processes]
         transitions = await gate.fetchrow(
@@ -149,9 +152,12 @@ async def test_sigterm_stops_the_loop_between_chunks_with_every_started_chunk_co
     )
     conn = await asyncpg.connect(database_url)
     try:
-        while not await conn.fetchval("select count(*) from public.test_transitions"):
+
+        async def transitioned() -> bool:
             assert process.poll() is None, process.communicate()[1][-3000:]
-            await asyncio.sleep(0.02)
+            return bool(await conn.fetchval("select count(*) from public.test_transitions"))
+
+        await wait_until(transitioned, timeout=60, interval=0.02)
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
         process.send_signal(signal.SIGTERM)
         _, err = await communicate(process)

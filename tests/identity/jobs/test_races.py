@@ -26,6 +26,7 @@ from pin_sessions.identity.operations import Device, IdentityOperations, TokenPa
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.runtime import Runtime
 from tests.identity.jobs.support import expire_once
+from tests.support.waiting import wait_until
 
 SECOND = timedelta(seconds=1)
 DEVICE = Device(user_agent="race-test", ip=None)
@@ -61,9 +62,12 @@ async def in_lock_order(
         tasks: list[asyncio.Task[Any]] = []
         for waiters, contender in enumerate((first, second), start=1):
             tasks.append(asyncio.create_task(contender()))
-            while await _lock_waiters(database_url) < waiters:
-                assert not tasks[-1].done(), tasks[-1]
-                await asyncio.sleep(0.01)
+
+            async def queued(task: asyncio.Task[Any] = tasks[-1], count: int = waiters) -> bool:
+                assert not task.done(), task
+                return await _lock_waiters(database_url) >= count
+
+            await wait_until(queued, timeout=60, interval=0.01)
         await holding.rollback()
         return await asyncio.gather(*tasks, return_exceptions=True)
     finally:

@@ -20,6 +20,7 @@ from pin_sessions.user_activity.jobs.activity_retention import (
     ActivityRetentionResult,
     build_activity_retention_job,
 )
+from tests.support.waiting import wait_until
 
 COUNT_LOCK_WAITERS = """
 select count(*) from pg_stat_activity
@@ -72,8 +73,9 @@ async def retain_once(
 
 async def wait_for_lock_waiters(runtime: Runtime, count: int) -> None:
     """Until ``count`` backends of this database wait on a lock (read afresh each time)."""
-    while True:
+
+    async def waiting() -> bool:
         async with runtime.database.connection() as conn:
-            if await conn.fetchval(COUNT_LOCK_WAITERS) >= count:
-                return
-        await asyncio.sleep(0.01)
+            return bool(await conn.fetchval(COUNT_LOCK_WAITERS) >= count)
+
+    await wait_until(waiting, timeout=60, interval=0.01)

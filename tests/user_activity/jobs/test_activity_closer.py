@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
+from tests.support.waiting import wait_until
 from tests.user_activity.conftest import outbox
 from tests.user_activity.jobs.rows import insert_sessions, insert_views
 from tests.user_activity.jobs.support import close_once, closer_worker
@@ -225,8 +226,9 @@ async def test_stop_during_a_run_lets_the_running_batch_commit_and_starts_no_oth
     stop = asyncio.Event()
 
     async def stop_after_the_first_batch() -> None:
-        while not registry.get_sample_value(CLOSED_TOTAL):
-            await asyncio.sleep(0)
+        await wait_until(
+            lambda: bool(registry.get_sample_value(CLOSED_TOTAL)), timeout=30, interval=0
+        )
         stop.set()
 
     stopper = asyncio.create_task(stop_after_the_first_batch())
