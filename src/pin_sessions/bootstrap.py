@@ -110,7 +110,11 @@ def build_runtime(
 
 
 def api_database(settings: Settings, dsn: str) -> Database:
-    """The API's pool: every call bounded by ``PIN_DATABASE__*`` (SPEC §9)."""
+    """The API's pool: every call bounded by ``PIN_DATABASE__*`` (SPEC §9).
+
+    No route changes its session (no SET, LISTEN or session advisory lock), so its
+    connections go back to the pool without the reset round trip.
+    """
     options = settings.database
     return Database(
         dsn,
@@ -118,6 +122,7 @@ def api_database(settings: Settings, dsn: str) -> Database:
         bounds=Bounds(
             statement_timeout=options.statement_timeout, acquire_timeout=options.acquire_timeout
         ),
+        reset_sessions=False,
     )
 
 

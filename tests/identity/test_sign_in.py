@@ -379,3 +379,19 @@ async def test_a_request_expired_by_the_job_is_expired_not_confirmable(
             uuid.UUID(request_id),
         )
     assert problem_code(await confirm(http, request_id, code)) == "IDENTITY_CONFIRMATION_EXPIRED"
+
+
+async def test_api_connections_go_back_to_the_pool_without_session_state(
+    http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    """The API's pool skips the reset round trip, so no route may leave a session lock."""
+    tokens = await sign_in(http, new_phone())
+    bearer = {"Authorization": f"Bearer {tokens['accessToken']}"}
+    assert (await http.get("/api/identity/sessions", headers=bearer)).status_code == 200
+    async with runtime.database.connection() as conn:
+        held = await conn.fetchval(
+            "select count(*) from pg_locks l join pg_stat_activity a on a.pid = l.pid "
+            "where l.locktype = 'advisory' and a.datname = current_database() "
+            "and a.pid <> pg_backend_pid()"
+        )
+    assert held == 0

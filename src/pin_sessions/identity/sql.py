@@ -271,3 +271,4 @@ select exists (
 # --- Session settings of the jobs ----------------------------------------------------------
 
 SET_LOCK_TIMEOUT = "select set_config('lock_timeout', $1, false)"
+RESET_LOCK_TIMEOUT = "reset lock_timeout"

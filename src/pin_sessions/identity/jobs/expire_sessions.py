@@ -29,6 +29,8 @@ the run's ``expiredCount``, both phases together.
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -202,8 +204,7 @@ class ExpireSessionsJob:
     async def _expire(
         self, phase: ExpiryPhase, now: datetime, run: JobRun, outcome: ExpiryOutcome
     ) -> None:
-        async with self.database.connection() as conn:
-            await conn.execute(sql.SET_LOCK_TIMEOUT, lock_timeout_text(self.options.lock_timeout))
+        async with self.database.connection() as conn, _lock_timeout(conn, self.options):
             backlog: int = await conn.fetchval(phase.count_sql, now)
             # What the phase reports left should a statement below fail: the backlog,
             # less each statement's rows as it commits (see _record).
@@ -253,6 +254,21 @@ class ExpireSessionsJob:
             log.warning(
                 "backlog not counted", phase=phase.name, exception=f"{type(exc).__name__}: {exc}"
             )
+
+
+@asynccontextmanager
+async def _lock_timeout(conn: Connection, options: ExpireSessionsSettings) -> AsyncIterator[None]:
+    """The phase's lock_timeout on its connection, taken off again before the pool has it back.
+
+    A pool need not reset its connections (the API's does not): whoever changes a session
+    setting puts it back.
+    """
+    await conn.execute(sql.SET_LOCK_TIMEOUT, lock_timeout_text(options.lock_timeout))
+    try:
+        yield
+    finally:
+        if not conn.is_closed():
+            await conn.execute(sql.RESET_LOCK_TIMEOUT)
 
 
 def build_expire_sessions_job(
