@@ -46,7 +46,6 @@ import asyncpg
 import psutil
 
 from pin_sessions.platform.migrations import migrate
-from pin_sessions.user_activity import sql
 
 PATH = "/api/user-activity/sessions/heartbeat"
 LUA_SCRIPT = Path(__file__).with_name("heartbeat.lua")
@@ -60,6 +59,14 @@ select gen_random_uuid(),
        ('00000000-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid,
        'Active', now(), now(), 'bench', 'Desktop'
 from generate_series($1::bigint, $2::bigint) as i
+"""
+
+# The baseline's one UPDATE per request: the heartbeat as it was before group commit.
+ONE_HEARTBEAT = """
+update user_activity.sessions
+set last_activity_at = greatest(last_activity_at, $2)
+where anonymous_id = $1 and status = 'Active'
+returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
 """
 
 WRK_MISSING = (
@@ -116,7 +123,7 @@ def serve_baseline(dsn: str, port: int) -> None:
             await _respond(send, 200, b'{"status":"ok"}')
             return
         anonymous_id = uuid.UUID(headers[b"x-anonymous-id"].decode())
-        row = await pool.fetchrow(sql.HEARTBEAT, anonymous_id, datetime.now(UTC))
+        row = await pool.fetchrow(ONE_HEARTBEAT, anonymous_id, datetime.now(UTC))
         assert row is not None
         body = json.dumps(
             {

@@ -44,6 +44,7 @@ from pin_sessions.settings import JobSettings, Settings
 from pin_sessions.user_activity import http as user_activity_http
 from pin_sessions.user_activity import internal_http as user_activity_internal_http
 from pin_sessions.user_activity.consumers import SignedInConsumer
+from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.jobs import activity_closer, activity_retention
 from pin_sessions.web import http as web_http
 
@@ -181,7 +182,10 @@ def build_api(runtime: Runtime) -> FastAPI:
         dev_stats_routes.router,
         web_http.router,
     ]
-    state: dict[str, object] = {"identity": build_identity_operations(runtime)}
+    state: dict[str, object] = {
+        "identity": build_identity_operations(runtime),
+        "heartbeats": Heartbeats(runtime.database, runtime.registry),
+    }
     dev_codes = build_dev_codes(runtime)
     if dev_codes is not None:
         # Development codes, and the dashboard's grant of dev-stats.view: never in prod.

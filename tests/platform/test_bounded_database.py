@@ -41,10 +41,11 @@ HEARTBEAT = "/api/user-activity/sessions/heartbeat"
 START = "/api/user-activity/sessions/start"
 HISTORY = "/api/user-activity/sessions"
 
-WAITING_HEARTBEATS = """
+ACTIONS = "/api/user-activity/actions"
+WAITING_ACTIONS = """
 select count(*) from pg_stat_activity
 where datname = current_database() and wait_event_type = 'Lock'
-  and query like '%update user_activity.sessions%'
+  and query like '%insert into user_activity.sessions%'
 """
 
 
@@ -106,30 +107,35 @@ async def test_a_client_that_hangs_up_cancels_its_query(
     with _api(settings_env, database_url, clock, statement_timeout="600") as url:
         device = await _started_device(url)
         clock.advance(timedelta(minutes=1))
-        async with runtime.database.connection() as conn:
-            before = await conn.fetchval(
-                "select last_activity_at from user_activity.sessions where anonymous_id = $1",
-                uuid.UUID(device),
-            )
         async with _row_locked(database_url, device):
             connection = await RawConnection.open(url)
+            # Recording an action extends the device's session first: it waits for the row.
             await connection.send(
-                "POST", HEARTBEAT, headers={"X-Anonymous-Id": device, "X-Request-Id": device}
+                "POST",
+                ACTIONS,
+                body=b'{"type": "viewed"}',
+                headers={
+                    "Content-Type": "application/json",
+                    "X-Anonymous-Id": device,
+                    "X-Request-Id": device,
+                },
             )
             async with runtime.database.connection() as conn:
-                await wait_until(lambda: _count(conn, WAITING_HEARTBEATS, 1), timeout=20)
+                await wait_until(lambda: _count(conn, WAITING_ACTIONS, 1), timeout=20)
                 await connection.close()
-                await wait_until(lambda: _count(conn, WAITING_HEARTBEATS, 0), timeout=20)
+                await wait_until(lambda: _count(conn, WAITING_ACTIONS, 0), timeout=20)
         async with runtime.database.connection() as conn:
-            after = await conn.fetchval(
+            recorded = await conn.fetchval("select count(*) from user_activity.action_events")
+            last_activity = await conn.fetchval(
                 "select last_activity_at from user_activity.sessions where anonymous_id = $1",
                 uuid.UUID(device),
             )
 
-    # The heartbeat was abandoned whole: the lock's release did not let its UPDATE through.
-    assert after == before
+    # The request was abandoned whole: the lock's release let none of it through.
+    assert recorded == 0
+    assert last_activity == clock.now() - timedelta(minutes=1)
 
-    def recorded() -> bool:
+    def recorded_as_gone() -> bool:
         lines = [json.loads(line) for line in captured_logs.lines()]
         return any(
             line.get("requestId") == device
@@ -138,7 +144,7 @@ async def test_a_client_that_hangs_up_cancels_its_query(
             for line in lines
         )
 
-    await wait_until(recorded, timeout=10)
+    await wait_until(recorded_as_gone, timeout=10)
 
 
 async def _count(conn: Connection, query: str, expected: int) -> bool:

@@ -2,12 +2,13 @@
 
 Every device heartbeats once a minute. The route is registered once, and the app also
 dispatches it beneath the framework (``platform.http.fast_path``) to the same function;
-the conditional UPDATE runs once per heartbeat whatever follows (a body, a token, a
-restart).
+a heartbeat's session is extended by one group-committed UPDATE, never a second one,
+whatever follows (a body, a token, a restart).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from datetime import timedelta
@@ -56,7 +57,7 @@ async def heartbeat_updates(runtime: Runtime) -> None:
 async def _heartbeat_statements(runtime: Runtime) -> int:
     async with runtime.database.connection() as conn:
         count: int = await conn.fetchval(
-            "select count(*) from public.session_updates where query = $1", sql.HEARTBEAT
+            "select count(*) from public.session_updates where query = $1", sql.HEARTBEAT_BATCH
         )
     return count
 
@@ -242,3 +243,46 @@ async def test_a_token_of_an_ended_session_extends_a_session_but_never_starts_on
     assert [answer.status_code for answer in answers] == [status, status]
     if status == 401:
         assert {answer.json()["code"] for answer in answers} == {"AUTH_SESSION_NOT_ACTIVE"}
+
+
+@pytest.mark.usefixtures("heartbeat_updates")
+async def test_parallel_heartbeats_share_updates_and_each_gets_its_own_session(
+    http: httpx.AsyncClient, runtime: Runtime, clock: FixedClock, registry: CollectorRegistry
+) -> None:
+    devices = [await _active_device(runtime) for _ in range(40)]
+    clock.advance(timedelta(seconds=40))
+    before = await _heartbeat_statements(runtime)
+
+    answers = await asyncio.gather(
+        *(http.post(HEARTBEAT_PATH, headers=device(anonymous_id)) for anonymous_id in devices)
+    )
+
+    statements = await _heartbeat_statements(runtime) - before
+    assert {answer.status_code for answer in answers} == {200}
+    assert 1 <= statements < len(devices), "heartbeats in flight together go in one UPDATE"
+    for anonymous_id, answer in zip(devices, answers, strict=True):
+        [row] = await sessions_of(runtime, anonymous_id)
+        assert answer.json() == {
+            "sessionId": str(row["id"]),
+            "lastActivityAt": "2026-11-29T12:00:40Z",
+            "restarted": False,
+        }
+    count = registry.get_sample_value("user_activity_heartbeat_batch_size_count")
+    total = registry.get_sample_value("user_activity_heartbeat_batch_size_sum")
+    assert (count, total) == (statements, len(devices))
+
+
+async def test_heartbeats_of_one_device_in_one_batch_get_the_same_answer(
+    http: httpx.AsyncClient, runtime: Runtime, clock: FixedClock
+) -> None:
+    anonymous_id = await _active_device(runtime)
+    clock.advance(timedelta(seconds=40))
+
+    answers = await asyncio.gather(
+        *(http.post(HEARTBEAT_PATH, headers=device(anonymous_id)) for _ in range(10))
+    )
+
+    assert {answer.status_code for answer in answers} == {200}
+    assert len({answer.content for answer in answers}) == 1
+    [row] = await sessions_of(runtime, anonymous_id)
+    assert row["last_activity_at"] == clock.now()

@@ -33,11 +33,13 @@ from pin_sessions.platform.http.dependencies import (
     optional_user,
     permission_required,
     services,
+    state,
 )
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
 from pin_sessions.platform.permissions import HISTORY_VIEW_BY_USER
 from pin_sessions.user_activity import history, operations
 from pin_sessions.user_activity.domain import DeviceInfo, device_info, duration_seconds
+from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.schemas import (
     ActionRecorded,
     ActionRequest,
@@ -106,9 +108,9 @@ async def heartbeat(request: Request) -> Response:
 
     Every device, once a minute: by far the most frequent request, so it reads all it
     needs from the request itself and the app also serves it beneath the framework
-    (``platform.http.fast_path``), through this same function. Extending a session is one
-    UPDATE; only a restart asks whether the caller's token is still live and parses the
-    device (INV-SES-003).
+    (``platform.http.fast_path``), through this same function. Extending a session is its
+    share of one group-committed UPDATE (``heartbeats``); only a restart asks whether the
+    caller's token is still live and parses the device (INV-SES-003).
     """
     anonymous_id = await required_device(request)
     given = services(request)
@@ -122,8 +124,9 @@ async def heartbeat(request: Request) -> Response:
         client_ip = request_client_ip(request, given.trusted_proxies)
         return (None if user is None else user.user_id), read_device(request, client_ip)
 
+    heartbeats = state(request, "heartbeats", Heartbeats)
     result = await operations.heartbeat(
-        given.database, anonymous_id, given.clock.now(), newcomer=newcomer
+        heartbeats, given.database, anonymous_id, given.clock.now(), newcomer=newcomer
     )
     accepted = HeartbeatAccepted(
         session_id=result.session_id,

@@ -20,6 +20,7 @@ from pin_sessions.platform.outbox import append
 from pin_sessions.user_activity import events, repository, sql
 from pin_sessions.user_activity.domain import DeviceInfo, SessionSnapshot
 from pin_sessions.user_activity.errors import ViewNotFound
+from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.linking import LinkOutcome, link_device, linked_event
 
 log = structlog.get_logger(__name__)
@@ -125,19 +126,17 @@ async def callers_session(
 Newcomer = Callable[[], Awaitable[tuple[uuid.UUID | None, DeviceInfo]]]
 
 
-async def extend_session(
-    db: Database, anonymous_id: uuid.UUID, now: datetime
-) -> SessionSnapshot | None:
-    """The heartbeat's one conditional UPDATE, in autocommit; None when nothing is Active."""
-    async with db.connection() as conn:
-        return await repository.heartbeat(conn, anonymous_id, now)
-
-
 async def heartbeat(
-    db: Database, anonymous_id: uuid.UUID, now: datetime, *, newcomer: Newcomer
+    heartbeats: Heartbeats,
+    db: Database,
+    anonymous_id: uuid.UUID,
+    now: datetime,
+    *,
+    newcomer: Newcomer,
 ) -> HeartbeatResult:
-    """One conditional UPDATE; only when no Active session matched does a new one start."""
-    session = await extend_session(db, anonymous_id, now)
+    """Extend the device's Active session in the next group-committed UPDATE; only when it
+    has none does a session start (INV-SES-003), and then nothing runs that UPDATE again."""
+    session = await heartbeats.extend(anonymous_id, now)
     if session is not None:
         return HeartbeatResult(session.id, session.last_activity_at, restarted=False)
     user_id, device = await newcomer()

@@ -6,6 +6,7 @@ Functions take the caller's connection and never commit.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -27,12 +28,13 @@ def snapshot(row: Any) -> SessionSnapshot:
     )
 
 
-async def heartbeat(
-    conn: Connection, anonymous_id: uuid.UUID, now: datetime
-) -> SessionSnapshot | None:
-    """Extend the device's Active session; None when it has none (INV-SES-003)."""
-    row = await conn.fetchrow(sql.HEARTBEAT, anonymous_id, now)
-    return None if row is None else snapshot(row)
+async def extend_sessions(
+    conn: Connection, activity: Mapping[uuid.UUID, datetime]
+) -> dict[uuid.UUID, SessionSnapshot]:
+    """Extend each device's Active session to its time; devices with none are left out."""
+    devices = sorted(activity)
+    rows = await conn.fetch(sql.HEARTBEAT_BATCH, devices, [activity[device] for device in devices])
+    return {row["anonymous_id"]: snapshot(row) for row in rows}
 
 
 async def continue_or_start(

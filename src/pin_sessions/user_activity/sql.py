@@ -6,13 +6,18 @@ so a race has one winner by construction. Nothing else in the context holds SQL.
 
 from __future__ import annotations
 
-# INV-SES-003/006: one conditional UPDATE, without loading the aggregate; an Inactive
-# session never matches. ``greatest`` keeps the activity time monotonic across instances.
-HEARTBEAT = """
-update user_activity.sessions
-set last_activity_at = greatest(last_activity_at, $2)
-where anonymous_id = $1 and status = 'Active'
-returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
+# INV-SES-003/006, for every device of a group commit (``heartbeats``): one conditional
+# UPDATE, without loading the aggregate; an Inactive session never matches. One row per
+# device in $1 (the caller merged duplicates); ``greatest`` keeps the activity time
+# monotonic across instances. The devices come sorted, so concurrent batches of several
+# processes take their row locks in one order.
+HEARTBEAT_BATCH = """
+update user_activity.sessions as s
+set last_activity_at = greatest(s.last_activity_at, batch.at)
+from unnest($1::uuid[], $2::timestamptz[]) as batch(anonymous_id, at)
+where s.anonymous_id = batch.anonymous_id and s.status = 'Active'
+returning s.id, s.anonymous_id, s.user_id, s.linked_at, s.status, s.created_at,
+          s.last_activity_at
 """
 
 # INV-SES-001/003 in one statement: continue the device's Active session or start one. The

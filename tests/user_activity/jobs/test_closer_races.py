@@ -66,7 +66,7 @@ async def test_a_heartbeat_in_flight_keeps_its_session_open(
     now = runtime.clock.now()
     async with runtime.database.transaction() as heartbeat:
         # The heartbeat has updated the row and not committed yet when the closer claims.
-        assert await heartbeat.fetchrow(sql.HEARTBEAT, anonymous_id, now) is not None
+        assert len(await heartbeat.fetch(sql.HEARTBEAT_BATCH, [anonymous_id], [now])) == 1
         result = await close_once(runtime, registry)
     assert result.closed == 0
     assert await _status(runtime, session_id) == "Active"

@@ -1,0 +1,111 @@
+"""Group commit: what arrives while one round trip is in flight goes together in the next.
+
+A hot write that is one small statement per request is bounded by the database's cost
+per statement (and per commit), not by the work itself. ``GroupCommit`` runs one
+statement for many requests: the first request to arrive is flushed at once; every
+request that arrives while that flush is in flight waits and goes in the next, and so on.
+No timer: a batch is whatever arrived during the previous round trip, so a lone request
+pays no delay and a busy process batches as much as its load gives it.
+
+Each request names a key and a value; requests for one key in one batch are merged into
+one (``merge``) and all get the same answer. The flush returns an answer per key; a key it
+has no answer for gets None. A failed flush fails every request of its batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from prometheus_client import Histogram
+
+K = TypeVar("K")
+V = TypeVar("V")
+R = TypeVar("R")
+
+# Keeps one statement's parameter arrays (and its row locks) bounded under any load.
+MAX_BATCH = 1000
+
+
+@dataclass
+class _Waiting(Generic[V, R]):
+    value: V
+    futures: list[asyncio.Future[R | None]] = field(default_factory=list)
+
+    @property
+    def abandoned(self) -> bool:
+        """Everyone who asked has gone (a client that hung up): nothing to write for them."""
+        return all(future.done() for future in self.futures)
+
+
+class GroupCommit(Generic[K, V, R]):
+    """Batches concurrent ``submit`` calls into single ``flush`` calls, one in flight at a time."""
+
+    def __init__(
+        self,
+        flush: Callable[[Mapping[K, V]], Awaitable[Mapping[K, R]]],
+        *,
+        merge: Callable[[V, V], V],
+        batch_sizes: Histogram,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        self._flush = flush
+        self._merge = merge
+        self._batch_sizes = batch_sizes
+        self._max_batch = max_batch
+        self._waiting: dict[K, _Waiting[V, R]] = {}
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def submit(self, key: K, value: V) -> R | None:
+        """The flush's answer for ``key``, once the batch that carries it has run."""
+        future: asyncio.Future[R | None] = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            self._waiting[key] = _Waiting(value, [future])
+        else:
+            waiting.value = self._merge(waiting.value, value)
+            waiting.futures.append(future)
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_while_waiting())
+        return await future
+
+    async def _flush_while_waiting(self) -> None:
+        try:
+            while self._waiting:
+                batch = self._next_batch()
+                if batch:
+                    await self._run(batch)
+        finally:
+            self._flusher = None
+
+    def _next_batch(self) -> dict[K, _Waiting[V, R]]:
+        batch: dict[K, _Waiting[V, R]] = {}
+        for key in list(self._waiting)[: self._max_batch]:
+            waiting = self._waiting.pop(key)
+            if not waiting.abandoned:
+                batch[key] = waiting
+        return batch
+
+    async def _run(self, batch: dict[K, _Waiting[V, R]]) -> None:
+        self._batch_sizes.observe(len(batch))
+        try:
+            answers = await self._flush({key: waiting.value for key, waiting in batch.items()})
+        except Exception as exc:
+            for waiting in batch.values():
+                for future in waiting.futures:
+                    if not future.done():
+                        future.set_exception(exc)
+            return
+        except BaseException:
+            # The process is stopping: nobody in this batch will get an answer.
+            for waiting in batch.values():
+                for future in waiting.futures:
+                    future.cancel()
+            raise
+        for key, waiting in batch.items():
+            answer = answers.get(key)
+            for future in waiting.futures:
+                if not future.done():
+                    future.set_result(answer)

@@ -1,0 +1,131 @@
+"""GroupCommit: requests that arrive while a flush is in flight go together in the next one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram
+
+from pin_sessions.platform.group_commit import GroupCommit
+from tests.support.waiting import wait_until
+
+
+class Store:
+    """A flush that records its batches and can be held open, as a slow round trip is."""
+
+    def __init__(self) -> None:
+        self.batches: list[dict[str, int]] = []
+        self.release = asyncio.Event()
+        self.release.set()
+        self.fail = False
+
+    async def flush(self, batch: Mapping[str, int]) -> dict[str, str]:
+        self.batches.append(dict(batch))
+        await self.release.wait()
+        if self.fail:
+            raise ConnectionError("the database went away")
+        return {key: f"{key}@{value}" for key, value in batch.items() if key != "unknown"}
+
+
+def _group(store: Store, *, max_batch: int = 1000) -> tuple[GroupCommit[str, int, str], Histogram]:
+    sizes = Histogram("batch_size", "sizes", buckets=(1, 2, 4, 8), registry=CollectorRegistry())
+    return GroupCommit(store.flush, merge=max, batch_sizes=sizes, max_batch=max_batch), sizes
+
+
+async def test_a_lone_request_is_flushed_at_once_and_gets_its_answer() -> None:
+    store = Store()
+    group, _ = _group(store)
+    assert await group.submit("a", 1) == "a@1"
+    assert store.batches == [{"a": 1}]
+
+
+async def test_requests_arriving_during_a_flush_go_together_in_the_next() -> None:
+    store = Store()
+    store.release.clear()
+    group, sizes = _group(store)
+    first = asyncio.create_task(group.submit("a", 1))
+    await wait_until(lambda: len(store.batches) == 1, timeout=5, interval=0)
+    later = [asyncio.create_task(group.submit(key, 2)) for key in ("b", "c", "d")]
+    await asyncio.sleep(0)
+    store.release.set()
+
+    assert await first == "a@1"
+    assert await asyncio.gather(*later) == ["b@2", "c@2", "d@2"]
+    assert store.batches == [{"a": 1}, {"b": 2, "c": 2, "d": 2}]
+    [metric] = sizes.collect()
+    buckets = {
+        sample.labels["le"]: sample.value for sample in metric.samples if "le" in sample.labels
+    }
+    # Two batches: one of 1, one of 3 (cumulative buckets: <=1, <=2, <=4).
+    assert (buckets["1.0"], buckets["2.0"], buckets["4.0"]) == (1.0, 1.0, 2.0)
+
+
+async def test_one_key_twice_in_a_batch_is_one_write_at_the_later_value_and_one_answer() -> None:
+    store = Store()
+    store.release.clear()
+    group, _ = _group(store)
+    first = asyncio.create_task(group.submit("x", 1))
+    await wait_until(lambda: len(store.batches) == 1, timeout=5, interval=0)
+    twice = [asyncio.create_task(group.submit("a", value)) for value in (5, 3)]
+    await asyncio.sleep(0)
+    store.release.set()
+    await first
+
+    assert await asyncio.gather(*twice) == ["a@5", "a@5"]
+    assert store.batches[1] == {"a": 5}
+
+
+async def test_a_key_the_flush_has_no_answer_for_gets_none() -> None:
+    group, _ = _group(Store())
+    assert await group.submit("unknown", 1) is None
+
+
+async def test_a_failed_flush_fails_every_request_of_its_batch_and_only_those() -> None:
+    store = Store()
+    store.release.clear()
+    store.fail = True
+    group, _ = _group(store)
+    doomed = [asyncio.create_task(group.submit(key, 1)) for key in ("a", "b")]
+    await wait_until(lambda: len(store.batches) == 1, timeout=5, interval=0)
+    store.release.set()
+    outcomes = await asyncio.gather(*doomed, return_exceptions=True)
+
+    assert [type(outcome) for outcome in outcomes] == [ConnectionError, ConnectionError]
+    store.fail = False
+    assert await group.submit("c", 1) == "c@1"
+
+
+async def test_a_request_whose_caller_left_before_its_batch_is_not_written() -> None:
+    store = Store()
+    store.release.clear()
+    group, _ = _group(store)
+    first = asyncio.create_task(group.submit("a", 1))
+    await wait_until(lambda: len(store.batches) == 1, timeout=5, interval=0)
+    gone = asyncio.create_task(group.submit("b", 1))
+    stays = asyncio.create_task(group.submit("c", 1))
+    await asyncio.sleep(0)
+    gone.cancel()
+    store.release.set()
+    await first
+
+    assert await stays == "c@1"
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert store.batches == [{"a": 1}, {"c": 1}]
+
+
+async def test_a_batch_never_exceeds_its_bound() -> None:
+    store = Store()
+    store.release.clear()
+    group, _ = _group(store, max_batch=2)
+    first = asyncio.create_task(group.submit("x", 0))
+    await wait_until(lambda: len(store.batches) == 1, timeout=5, interval=0)
+    rest = [asyncio.create_task(group.submit(key, 1)) for key in "abcde"]
+    await asyncio.sleep(0)
+    store.release.set()
+    await first
+    await asyncio.gather(*rest)
+
+    assert [len(batch) for batch in store.batches] == [1, 2, 2, 1]
