@@ -1,23 +1,25 @@
-"""Heartbeat benchmark: the real API against a bare ASGI app doing the same UPDATE, under wrk.
+"""Heartbeat benchmark: the real API against a bare app doing one UPDATE per request, under wrk.
 
     python bench/heartbeat.py [--sessions 100000] [--duration 8] [--rounds 2]
-                              [--connections 64] [--threads 2] [--rate 3000]
-                              [--sweep 100000,1000000,10000000]
+                              [--connections 64] [--threads 2] [--workers 1]
+                              [--rate 3000] [--sweep 100000,1000000,10000000]
 
 Load comes from wrk (Debian package ``wrk``), a native load generator, so the servers'
 Python is not also paying for the client's. Seeds ``--sessions`` Active sessions (device
 ``i`` has the AnonymousId ``00000000-0000-4000-8000-<i in hex>``, which
-``bench/heartbeat.lua`` computes too), serves the whole API with uvicorn in one process
-and the baseline — a bare ASGI app running the same single ``UPDATE`` through asyncpg
-under the same uvicorn — in another, and drives each with wrk's closed loop
+``bench/heartbeat.lua`` computes too). Serves the API exactly as production does —
+``pin-sessions serve --workers N`` — and the baseline, a bare ASGI app running the
+heartbeat's single conditional ``UPDATE`` per request through asyncpg, under the same
+uvicorn with as many worker processes (``--workers``). Drives each with wrk's closed loop
 (``--threads``, ``--connections``, ``--duration`` seconds), alternating A B A B for
-``--rounds`` rounds so a noisy neighbour hits both. Then the API at a fixed ``--rate``
-per second, paced by the wrk script, latency counted from each request's scheduled time.
+``--rounds`` rounds so a noisy neighbour hits both. Then, at each table size of
+``--sweep``, the API's closed loop again and a fixed ``--rate`` per second, paced by the wrk
+script, latency counted from each request's scheduled time.
 
-Besides requests per second it reports CPU per heartbeat: the server process's and all
-PostgreSQL processes' (user + system time over the run, from psutil), so a gain that only
-moves work into the database shows. ``--sweep`` repeats the API's closed loop and fixed
-rate at growing table sizes. Prints one JSON object.
+Besides requests per second it reports CPU per heartbeat — the server's processes' and
+PostgreSQL's (user + system time over the run, from psutil), so a gain that only moves
+work into the database shows — and, with one worker, the heartbeat batches of the run
+(``user_activity_heartbeat_batch_size`` from the API's /metrics). Prints one JSON object.
 
 PostgreSQL: ``PIN_DATABASE_URL`` when set (its PostgreSQL processes must run on this
 machine for the CPU figures), else an embedded server in a temporary directory.
@@ -31,6 +33,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -43,12 +46,15 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import psutil
 
 from pin_sessions.platform.migrations import migrate
 
 PATH = "/api/user-activity/sessions/heartbeat"
-LUA_SCRIPT = Path(__file__).with_name("heartbeat.lua")
+BENCH_DIR = Path(__file__).parent
+LUA_SCRIPT = BENCH_DIR / "heartbeat.lua"
+BATCH_METRIC = "user_activity_heartbeat_batch_size"
 WARMUP_SECONDS = 2
 
 # Device i's AnonymousId, as bench/heartbeat.lua computes it.
@@ -78,30 +84,31 @@ WRK_MISSING = (
 
 # --- servers ---------------------------------------------------------------------------
 
-
-def serve_api(dsn: str, port: int) -> None:
-    """The whole API, wired by the composition root as ``serve`` wires it."""
-    import uvicorn
-
-    from pin_sessions.bootstrap import build_api, build_runtime
-    from pin_sessions.platform.logging import configure_logging
-    from pin_sessions.settings import load_settings
-
-    # Logging as in production (successful heartbeats are counted, not logged); only the sink
-    # differs.
-    configure_logging("info", stream=open(os.devnull, "w"))  # noqa: SIM115
-    data_dir = tempfile.mkdtemp(prefix="pin-bench-")
-    settings = load_settings(
-        {"PIN_DATABASE_URL": dsn, "PIN_DATA_DIR": data_dir, "PIN_JWT_SECRET": "b" * 48}
-    )
-    app = build_api(build_runtime(settings, dsn))
-    _run_uvicorn(uvicorn, app, port)
+# The baseline as uvicorn imports it (``--factory``), in each of its worker processes.
+BASELINE_FACTORY = "heartbeat:baseline_app"
+BASELINE_DSN_VARIABLE = "PIN_BENCH_BASELINE_DSN"
 
 
-def serve_baseline(dsn: str, port: int) -> None:
-    """A bare ASGI app: parse the header, run the same UPDATE, answer JSON."""
-    import uvicorn
+def api_command(port: int, workers: int) -> list[str]:
+    """The API exactly as production runs it: ``pin-sessions serve``."""
+    return [
+        sys.executable, "-m", "pin_sessions", "serve",
+        "--port", str(port), "--workers", str(workers),
+    ]  # fmt: skip
 
+
+def baseline_command(port: int, workers: int) -> list[str]:
+    """The bare app under the same uvicorn, with as many worker processes."""
+    return [
+        sys.executable, "-m", "uvicorn", BASELINE_FACTORY, "--factory",
+        "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+        "--no-access-log", "--log-level", "warning",
+    ]  # fmt: skip
+
+
+def baseline_app() -> Any:
+    """A bare ASGI app: parse the header, run the one UPDATE, answer JSON."""
+    dsn = os.environ[BASELINE_DSN_VARIABLE]
     pool: asyncpg.Pool[asyncpg.Record] | None = None
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -134,7 +141,7 @@ def serve_baseline(dsn: str, port: int) -> None:
         ).encode()
         await _respond(send, 200, body)
 
-    _run_uvicorn(uvicorn, app, port)
+    return app
 
 
 async def _respond(send: Any, status: int, body: bytes) -> None:
@@ -151,18 +158,6 @@ async def _respond(send: Any, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _run_uvicorn(uvicorn: Any, app: Any, port: int) -> None:
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=False,
-        lifespan="on",
-    )
-
-
 # --- measurement -----------------------------------------------------------------------
 
 
@@ -175,18 +170,54 @@ def _cpu_seconds(processes: list[psutil.Process]) -> float:
     return total
 
 
+def _tree(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants (uvicorn's workers, PostgreSQL's backends)."""
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
 def _postgres_processes() -> list[psutil.Process]:
     """The embedded server and its backends; with PIN_DATABASE_URL, every PostgreSQL here."""
     if _POSTMASTER:
-        postmaster = psutil.Process(_POSTMASTER[0])
-        return [postmaster, *postmaster.children(recursive=True)]
+        return _tree(_POSTMASTER[0])
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres"]
+
+
+def _batch_histogram(port: int) -> dict[str, float]:
+    """The API's heartbeat batch-size histogram (cumulative, by upper bound), from /metrics."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(f"{BATCH_METRIC}_bucket{{"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            found[bound] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith((f"{BATCH_METRIC}_sum ", f"{BATCH_METRIC}_count ")):
+            name, value = line.rsplit(" ", 1)
+            found[name.removeprefix(f"{BATCH_METRIC}_")] = float(value)
+    return found
+
+
+def _batches(before: dict[str, float], after: dict[str, float]) -> dict[str, Any] | None:
+    """The run's batches: how many, their mean size, and the share at each bucket bound."""
+    count = after.get("count", 0) - before.get("count", 0)
+    if not count:
+        return None
+    shares = {
+        bound: round((after[bound] - before.get(bound, 0)) / count, 3)
+        for bound in after
+        if bound not in ("sum", "count")
+    }
+    return {
+        "statements": int(count),
+        "meanSize": round((after["sum"] - before.get("sum", 0)) / count, 1),
+        "shareAtMostSize": shares,
+    }
 
 
 def wrk(
     port: int, *, args: argparse.Namespace, sessions: int, seconds: float, rate: float = 0
 ) -> dict[str, Any]:
-    """One wrk run against ``port``; its JSON line, plus CPU per request of both sides."""
+    """One wrk run against ``port``; its JSON line, CPU per request of both sides, batches."""
     whole_seconds = max(1, round(seconds))  # wrk takes whole seconds
     command = [
         "wrk", "-t", str(args.threads), "-c", str(args.connections), "-d", f"{whole_seconds}s",
@@ -194,8 +225,10 @@ def wrk(
         "--", str(sessions), str(rate),
     ]  # fmt: skip
     env = {**os.environ, "PIN_BENCH_PACED": "1" if rate else "0"}
-    server = [_listener(port)]
-    postgres = _postgres_processes()
+    # One worker: its /metrics is the whole server's (with more, each has its own).
+    batches = port in _API_PORTS and args.workers == 1
+    histogram = _batch_histogram(port) if batches else {}
+    server, postgres = _tree(_SERVER_PIDS[port]), _postgres_processes()
     cpu_before = (_cpu_seconds(server), _cpu_seconds(postgres))
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     cpu_after = (_cpu_seconds(server), _cpu_seconds(postgres))
@@ -205,6 +238,8 @@ def wrk(
     ok = max(measured["requests"] - measured["failed"], 1)
     measured["serverCpuUsPerRequest"] = round((cpu_after[0] - cpu_before[0]) / ok * 1e6, 1)
     measured["postgresCpuUsPerRequest"] = round((cpu_after[1] - cpu_before[1]) / ok * 1e6, 1)
+    if batches:
+        measured["batches"] = _batches(histogram, _batch_histogram(port))
     for key in ("requestsPerSecond", "p50Ms", "p99Ms", "scheduledP50Ms", "scheduledP99Ms"):
         if key in measured:
             measured[key] = round(measured[key], 2)
@@ -212,11 +247,8 @@ def wrk(
 
 
 _SERVER_PIDS: dict[int, int] = {}
+_API_PORTS: set[int] = set()
 _POSTMASTER: list[int] = []
-
-
-def _listener(port: int) -> psutil.Process:
-    return psutil.Process(_SERVER_PIDS[port])
 
 
 # --- orchestration ---------------------------------------------------------------------
@@ -262,12 +294,14 @@ async def _grow(dsn: str, have: int, want: int) -> None:
 
 
 @contextlib.contextmanager
-def _server(role: str, dsn: str) -> Iterator[int]:
-    port = _free_port()
+def _server(command: list[str], env: dict[str, str]) -> Iterator[int]:
+    port = int(command[command.index("--port") + 1])
     process = subprocess.Popen(
-        [sys.executable, __file__, "--role", role, "--dsn", dsn, "--port", str(port)],
+        command,
+        env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     _SERVER_PIDS[port] = process.pid
     try:
@@ -276,12 +310,34 @@ def _server(role: str, dsn: str) -> Iterator[int]:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
                 break
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the {role} server did not start")
+                raise RuntimeError(f"{command[2:4]} did not start")
             time.sleep(0.1)
         yield port
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def _servers(dsn: str, workers: int) -> Iterator[tuple[int, int]]:
+    api_port, baseline_port = _free_port(), _free_port()
+    data_dir = tempfile.mkdtemp(prefix="pin-bench-")
+    api_env = {
+        "PIN_DATABASE_URL": dsn,
+        "PIN_DATA_DIR": data_dir,
+        "PIN_JWT_SECRET": "b" * 48,
+        "PIN_LOG_LEVEL": "info",
+    }
+    baseline_env = {
+        BASELINE_DSN_VARIABLE: dsn,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), os.environ.get("PYTHONPATH")])),
+    }
+    _API_PORTS.add(api_port)
+    with (
+        _server(api_command(api_port, workers), api_env),
+        _server(baseline_command(baseline_port, workers), baseline_env),
+    ):
+        yield api_port, baseline_port
 
 
 def main() -> None:
@@ -291,18 +347,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1, help="processes of each server")
     parser.add_argument("--rate", type=float, default=3000.0)
     parser.add_argument("--sweep", default="", help="table sizes, e.g. 100000,1000000")
-    parser.add_argument("--role", choices=["api", "baseline"], help=argparse.SUPPRESS)
-    parser.add_argument("--dsn", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.role == "api":
-        serve_api(args.dsn, args.port)
-        return
-    if args.role == "baseline":
-        serve_baseline(args.dsn, args.port)
-        return
     if shutil.which("wrk") is None:
         print(WRK_MISSING, file=sys.stderr)
         raise SystemExit(2)
@@ -322,6 +370,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "threads": args.threads,
         "connections": args.connections,
+        "workersPerServer": args.workers,
         "cpus": os.cpu_count(),
         "loadAverageAtStart": [round(value, 2) for value in os.getloadavg()],
     }
@@ -329,7 +378,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with _database() as dsn:
         asyncio.run(_grow(dsn, seeded, sizes[0]))
         seeded = sizes[0]
-        with _server("api", dsn) as api_port, _server("baseline", dsn) as baseline_port:
+        with _servers(dsn, args.workers) as (api_port, baseline_port):
             for port in (api_port, baseline_port):
                 wrk(port, args=args, sessions=seeded, seconds=WARMUP_SECONDS)
             report.update(_compare(api_port, baseline_port, args, seeded))

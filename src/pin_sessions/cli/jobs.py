@@ -17,7 +17,7 @@ import structlog
 
 from pin_sessions.bootstrap import JOB_WORKERS, build_runtime, database_endpoint, worker_database
 from pin_sessions.cli.common import EXIT_FAILURE, add_metrics_port, metrics_endpoint, metrics_port
-from pin_sessions.platform.process import install_stop_signals, run_roles
+from pin_sessions.platform.process import install_stop_signals, run_process, run_roles
 from pin_sessions.platform.tracing import process_tracing
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             finally:
                 await runtime.database.close()
 
-        return asyncio.run(run_job())
+        return run_process(run_job())
 
 
 async def _run_once(worker: PollingWorker[Any]) -> int:

@@ -24,7 +24,7 @@ from pin_sessions.bootstrap import (
 )
 from pin_sessions.cli.common import EXIT_USAGE, add_metrics_port, metrics_endpoint, metrics_port
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
-from pin_sessions.platform.process import Role, install_stop_signals, run_roles
+from pin_sessions.platform.process import Role, install_stop_signals, run_process, run_roles
 from pin_sessions.platform.tracing import process_tracing
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=POOL_SIZE))
         role = delivery_role(runtime, args)
         with metrics_endpoint(port, runtime.registry):
-            asyncio.run(run_role(runtime, role))
+            run_process(run_role(runtime, role))
         log.info("stopped", role=role.name)
     return 0
 

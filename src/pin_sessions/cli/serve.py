@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from pin_sessions.bootstrap import build_api, build_runtime, database_endpoint
-from pin_sessions.platform.process import install_stop_signals, run_roles
+from pin_sessions.platform.process import install_stop_signals, run_process, run_roles
 from pin_sessions.platform.serving import ApiRole, ApiServer
 from pin_sessions.platform.tracing import process_tracing
 from pin_sessions.settings import load_settings
@@ -54,7 +54,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
                 [api_role(runtime, args.host, args.port)], stop, grace_seconds=STOP_GRACE_SECONDS
             )
 
-        asyncio.run(serve())
+        run_process(serve())
     return 0
 
 

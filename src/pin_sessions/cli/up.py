@@ -25,7 +25,7 @@ from pin_sessions.bootstrap import (
 from pin_sessions.cli.serve import DEFAULT_HOST, DEFAULT_PORT, STOP_GRACE_SECONDS, api_role
 from pin_sessions.platform.embedded import DataDirLock, PostmasterWatch
 from pin_sessions.platform.migrations import migrate
-from pin_sessions.platform.process import Role, install_stop_signals, run_roles
+from pin_sessions.platform.process import Role, install_stop_signals, run_process, run_roles
 from pin_sessions.platform.tracing import process_tracing
 from pin_sessions.settings import Environment
 
@@ -76,7 +76,7 @@ def _up(settings: Settings, host: str, port: int) -> int:
         # `up` owns an embedded server: when it dies, the watch starts it again or, failing
         # that, raises DatabaseLost, which stops every role and exits 1.
         watch = [] if endpoint.embedded is None else [PostmasterWatch(endpoint.embedded)]
-        asyncio.run(_run_up(runtime, api_runtime, host, port, watch))
+        run_process(_run_up(runtime, api_runtime, host, port, watch))
     log.info("stopped")
     return 0
 

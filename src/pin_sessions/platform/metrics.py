@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -24,6 +25,22 @@ class HttpMetrics:
 
     requests: Counter
     duration: Histogram
+    # The labelled children, found once per (method, route, status): ``labels()`` is a
+    # locked lookup, and every request of the API passes here.
+    _children: dict[tuple[str, str, int], tuple[Any, Any]] = field(default_factory=dict)
+
+    def count(self, method: str, route: str, status: int, seconds: float) -> None:
+        """One request served: its count by status, its latency."""
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(method, route, str(status)),
+                self.duration.labels(method, route),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     @classmethod
     def register(cls, registry: CollectorRegistry) -> HttpMetrics:

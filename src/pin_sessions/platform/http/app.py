@@ -12,7 +12,7 @@ from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.fast_path import FastPath
 from pin_sessions.platform.http.head import HeadAsGet
 from pin_sessions.platform.http.health import router as health_router
-from pin_sessions.platform.http.middleware import RequestContextMiddleware
+from pin_sessions.platform.http.middleware import QUIET_PATHS, RequestContextMiddleware
 from pin_sessions.platform.http.openapi import install_problem_schema
 from pin_sessions.platform.http.problems import install_problem_handlers
 from pin_sessions.platform.metrics import HttpMetrics
@@ -49,6 +49,7 @@ def create_http_app(
             if owns_pool:
                 await runtime.database.close()
 
+    quiet = QUIET_PATHS | frozenset(quiet_paths)
     app = FastAPI(
         title="PIN Sessions",
         version="1",
@@ -56,6 +57,15 @@ def create_http_app(
         openapi_url="/openapi.json",
         docs_url="/docs",
         redoc_url=None,
+        # FastAPI's own OpenTelemetry: request spans, but neither its metrics nor its logs
+        # (Prometheus and structlog have those), and no span for the quiet paths, which
+        # are not logged line by line either: a span per heartbeat would be most of the
+        # traces and a sixth of the heartbeat's cost.
+        telemetry={
+            "metrics": False,
+            "logs": False,
+            "exclude": lambda scope: scope.get("path") in quiet,
+        },
     )
     app.state.services = services
     app.state.registry = runtime.registry
@@ -74,6 +84,6 @@ def create_http_app(
         RequestContextMiddleware,
         metrics=HttpMetrics.register(runtime.registry),
         max_body_bytes=runtime.settings.http.max_body_bytes,
-        quiet_paths=quiet_paths,
+        quiet_paths=quiet,
     )
     return app
