@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import tempfile
@@ -29,6 +30,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -140,17 +143,43 @@ async def _sustained(database: Database, rate: float, duration: float) -> dict[s
     }
 
 
+def _cpu_seconds(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def _sides(broker: TansuBroker) -> dict[str, list[psutil.Process]]:
+    """Who does the delivery's work: the roles (this process), PostgreSQL, the broker."""
+    postgres = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres"]
+    return {"roles": [psutil.Process()], "postgres": postgres, "broker": broker.processes()}
+
+
 async def _bus_run(bus: str, dsn: str, broker: TansuBroker, args: argparse.Namespace) -> Any:
     database = Database(dsn, max_size=10)
     await database.open()
     stop, tasks = asyncio.Event(), []
     try:
         await _write(database, args.backlog)  # the drain's backlog, before any role runs
+        sides = _sides(broker)
+        cpu_before = {side: _cpu_seconds(processes) for side, processes in sides.items()}
         began = time.monotonic()
         tasks = [asyncio.create_task(role.run(stop)) for role in _roles(bus, database, broker)]
         await _wait_for(database, args.backlog, within=600)
-        drain = {"events": args.backlog, "seconds": round(time.monotonic() - began, 2)}
+        drain: dict[str, Any] = {
+            "events": args.backlog,
+            "seconds": round(time.monotonic() - began, 2),
+        }
         drain["eventsPerSecond"] = round(args.backlog / drain["seconds"], 1)
+        # CPU per delivered event, each side's user + system time over the drain (the
+        # broker works only on the Kafka path; the waiting loop above is in "roles" too).
+        drain["cpuUsPerEvent"] = {
+            side: round((_cpu_seconds(processes) - cpu_before[side]) / args.backlog * 1e6, 1)
+            for side, processes in sides.items()
+        }
         async with database.connection() as conn:
             await conn.execute("truncate dev_stats.session_facts")
         await _warm_up(database)

