@@ -152,9 +152,14 @@ def _cpu_seconds(processes: list[psutil.Process]) -> float:
     return total
 
 
-def _sides(broker: TansuBroker) -> dict[str, list[psutil.Process]]:
+def _sides(broker: TansuBroker, pgdata: Path) -> dict[str, list[psutil.Process]]:
     """Who does the delivery's work: the roles (this process), PostgreSQL, the broker."""
-    postgres = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres"]
+    pidfile = pgdata / "postmaster.pid"
+    if pidfile.exists():  # the embedded server: it and its backends
+        postmaster = psutil.Process(int(pidfile.read_text().split()[0]))
+        postgres = [postmaster, *postmaster.children(recursive=True)]
+    else:  # PIN_TEST_DATABASE_URL: every PostgreSQL process of this machine
+        postgres = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres"]
     return {"roles": [psutil.Process()], "postgres": postgres, "broker": broker.processes()}
 
 
@@ -164,7 +169,7 @@ async def _bus_run(bus: str, dsn: str, broker: TansuBroker, args: argparse.Names
     stop, tasks = asyncio.Event(), []
     try:
         await _write(database, args.backlog)  # the drain's backlog, before any role runs
-        sides = _sides(broker)
+        sides = _sides(broker, args.pgdata)
         cpu_before = {side: _cpu_seconds(processes) for side, processes in sides.items()}
         began = time.monotonic()
         tasks = [asyncio.create_task(role.run(stop)) for role in _roles(bus, database, broker)]
@@ -200,6 +205,7 @@ def main() -> None:
     configure_logging("warning")  # JSON lines on stderr; the result alone on stdout
     results: dict[str, Any] = {"rate": args.rate, "durationSeconds": args.duration}
     with tempfile.TemporaryDirectory() as workdir, test_server(Path(workdir)) as admin_dsn:
+        args.pgdata = Path(workdir) / "pg"
         databases = DatabaseFactory(admin_dsn)
         databases.prepare_template()
         broker = TansuBroker()
