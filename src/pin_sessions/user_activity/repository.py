@@ -37,6 +37,27 @@ async def extend_sessions(
     return {row["anonymous_id"]: snapshot(row) for row in rows}
 
 
+def _new_session(
+    session_id: uuid.UUID,
+    anonymous_id: uuid.UUID,
+    device: DeviceInfo,
+    now: datetime,
+    user_id: uuid.UUID | None,
+) -> tuple[Any, ...]:
+    """The parameters of a new session's row, in the order both inserts take them."""
+    return (
+        session_id,
+        anonymous_id,
+        user_id,
+        now,
+        device.user_agent,
+        device.device_type.value,
+        device.os,
+        device.browser,
+        device.ip_address,
+    )
+
+
 async def continue_or_start(
     conn: Connection,
     anonymous_id: uuid.UUID,
@@ -48,16 +69,7 @@ async def continue_or_start(
     """The device's Active session, extended, or a new one; True when it was started."""
     proposed = new_id()
     row = await conn.fetchrow(
-        sql.CONTINUE_OR_START_SESSION,
-        proposed,
-        anonymous_id,
-        user_id,
-        now,
-        device.user_agent,
-        device.device_type.value,
-        device.os,
-        device.browser,
-        device.ip_address,
+        sql.CONTINUE_OR_START_SESSION, *_new_session(proposed, anonymous_id, device, now, user_id)
     )
     session = snapshot(row)
     return session, session.id == proposed
@@ -73,15 +85,6 @@ async def insert_session(
 ) -> SessionSnapshot | None:
     """A new Active session; None when the device already has one (INV-SES-001)."""
     row = await conn.fetchrow(
-        sql.INSERT_SESSION,
-        new_id(),
-        anonymous_id,
-        user_id,
-        now,
-        device.user_agent,
-        device.device_type.value,
-        device.os,
-        device.browser,
-        device.ip_address,
+        sql.INSERT_SESSION, *_new_session(new_id(), anonymous_id, device, now, user_id)
     )
     return None if row is None else snapshot(row)
