@@ -12,9 +12,9 @@ from tests.support.promql import (
     rule_expressions,
 )
 
-# Named by SPEC §8 and exported by the SMS delivery (issue-free once it lands): the rules and
-# dashboards are written against the contract's name. A name here that the service already
-# exports fails the test below, so this list empties itself as the work lands.
+# Named by SPEC §8 and exported once SMS delivery lands: the rules and dashboards are written
+# against the contract's name. A name here that the service already exports fails the test
+# below, so the list cannot outlive the work that empties it.
 DECLARED_BY_SPEC = frozenset({"identity_sms_sent_total"})
 
 
