@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Reinstall only when the dependency list changes; the install is editable, so
-# source edits need none.
+# source edits need none. `up` needs the runtime dependencies only (what the image
+# installs); tests and linters the dev extra as well.
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: up test lint bench clean
@@ -12,12 +14,17 @@ $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
 
+$(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-up: $(STAMP)
+up: $(RUNTIME_STAMP)
 	$(BIN)/pin-sessions up
 
 test: $(STAMP)
@@ -27,6 +34,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The Prometheus Operator's copy of deploy/prometheus/*.yml (a test keeps them equal).
+deploy/kubernetes/prometheus-rule.yaml: deploy/prometheus/*.yml deploy/kubernetes/generate_prometheus_rule.py | $(BIN)/python
+	$(BIN)/python deploy/kubernetes/generate_prometheus_rule.py > $@
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

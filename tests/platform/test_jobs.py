@@ -241,7 +241,11 @@ async def test_every_job_worker_is_built_from_its_settings_group(
     settings = load_settings({**settings_env, **custom})
 
     for name, build in JOB_WORKERS.items():
-        worker = build(replace(runtime, settings=settings, registry=CollectorRegistry()))
+        registry = CollectorRegistry()
+        worker = build(replace(runtime, settings=settings, registry=registry))
         group = getattr(settings, name.replace("-", "_"))
         assert worker.job.options is group, name
         assert worker.interval == group.polling_interval, name
+        # The stalled alert reads the cadence from here (deploy/prometheus/jobs.yml).
+        exported = registry.get_sample_value(f"{worker.job.metric_prefix}_polling_interval_seconds")
+        assert exported == group.polling_interval.total_seconds(), name

@@ -12,7 +12,9 @@ result object. :class:`PollingWorker` turns it into a long-lived role:
   loop waits for the next tick;
 * waits between runs on ``stop`` or the polling interval, whichever comes first;
 * sets ``<prefix>_last_success_timestamp_seconds`` after every run whose result says it
-  succeeded, so an alert can tell a stalled worker from an idle one.
+  succeeded, so an alert can tell a stalled worker from an idle one, and exports its
+  interval as ``<prefix>_polling_interval_seconds``, so that alert's threshold follows the
+  configured cadence instead of a number typed into the rule.
 
 Inside a run, the :class:`JobRun` gives every job the same two mechanics, so a job is
 only its SQL, its decision and its metrics:
@@ -210,6 +212,7 @@ class WorkerMetrics:
     """The runner's own metrics, named after the job's prefix."""
 
     last_success: Gauge
+    polling_interval: Gauge
     failed_runs: Counter
 
     @classmethod
@@ -218,6 +221,11 @@ class WorkerMetrics:
             last_success=Gauge(
                 f"{prefix}_last_success_timestamp_seconds",
                 "Unix time at which the last successful run ended",
+                registry=registry,
+            ),
+            polling_interval=Gauge(
+                f"{prefix}_polling_interval_seconds",
+                "The configured pause between runs: the stalled alert's unit",
                 registry=registry,
             ),
             failed_runs=Counter(
@@ -245,6 +253,7 @@ class PollingWorker(Generic[ResultV]):
         self._clock = clock
         self.interval = interval
         self._metrics = WorkerMetrics.register(job.metric_prefix, registry)
+        self._metrics.polling_interval.set(interval.total_seconds())
         self._tracer = tracer or trace.get_tracer(__name__)
 
     async def run(self, stop: asyncio.Event) -> None:

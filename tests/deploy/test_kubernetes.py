@@ -1,0 +1,313 @@
+"""deploy/kubernetes (SPEC §9), offline: every object valid against its schema (Kubernetes'
+own through kubernetes-validate; the Prometheus Operator's resources against the CRD fields
+they use), one Deployment per role with its probes and resources, and the monitoring
+objects wired to the same names the alerts read."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+from pin_sessions.cli.jobs import JOB_STOP_GRACE_SECONDS
+from pin_sessions.cli.messaging import STOP_GRACE_SECONDS
+from tests.deploy.roles import API, worker_roles
+from tests.deploy.test_dockerfile import parse_dockerfile
+from tests.support.promql import PROJECT_ROOT, alert_rules, rules_files
+
+KUBERNETES_DIR = PROJECT_ROOT / "deploy" / "kubernetes"
+KUBERNETES_VERSION = "1.30"
+IMAGE = "pin-sessions"
+METRICS_PORT = 9100
+
+DURATION = {
+    "type": "string",
+    "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?"
+    r"(([0-9]+)ms)?)$",
+}
+STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+METADATA = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {"name": {"type": "string"}, "labels": STRING_MAP},
+}
+# The fields of monitoring.coreos.com/v1 these manifests use, as the operator's CRDs type them.
+SERVICE_MONITOR = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "ServiceMonitor"},
+        "metadata": METADATA,
+        "spec": {
+            "type": "object",
+            "required": ["selector", "endpoints"],
+            "additionalProperties": False,
+            "properties": {
+                "selector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"matchLabels": STRING_MAP},
+                },
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "port": {"type": "string"},
+                            "path": {"type": "string", "pattern": "^/"},
+                            "interval": DURATION,
+                            "scrapeTimeout": DURATION,
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+RULE = {
+    "type": "object",
+    "required": ["expr"],
+    "additionalProperties": False,
+    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+    "properties": {
+        "alert": {"type": "string"},
+        "record": {"type": "string"},
+        "expr": {"type": ["string", "integer"]},
+        "for": DURATION,
+        "labels": STRING_MAP,
+        "annotations": STRING_MAP,
+    },
+}
+PROMETHEUS_RULE = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": METADATA,
+        "spec": {
+            "type": "object",
+            "required": ["groups"],
+            "additionalProperties": False,
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "rules"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": DURATION,
+                            "rules": {"type": "array", "items": RULE},
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+CUSTOM_SCHEMAS = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
+
+
+def kustomization() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(
+        (KUBERNETES_DIR / "kustomization.yaml").read_text(encoding="utf-8")
+    )
+    return document
+
+
+def objects() -> list[dict[str, Any]]:
+    """Every object the kustomization lists, with its `images` override applied."""
+    images = {image["name"]: image for image in kustomization()["images"]}
+    loaded = []
+    for resource in kustomization()["resources"]:
+        text = (KUBERNETES_DIR / resource).read_text(encoding="utf-8")
+        loaded += [item for item in yaml.safe_load_all(text) if item]
+    for item in loaded:
+        for container in _containers(item):
+            image = images[container["image"]]
+            container["image"] = f"{image['newName']}:{image['newTag']}"
+    return loaded
+
+
+def _containers(item: dict[str, Any]) -> list[dict[str, Any]]:
+    if item["kind"] not in {"Deployment", "Job"}:
+        return []
+    containers: list[dict[str, Any]] = item["spec"]["template"]["spec"]["containers"]
+    return containers
+
+
+def of_kind(kind: str) -> dict[str, dict[str, Any]]:
+    return {item["metadata"]["name"]: item for item in objects() if item["kind"] == kind}
+
+
+def test_the_kustomization_lists_every_manifest_and_uses_only_plain_features() -> None:
+    # kustomize itself is not on every machine that runs these tests; what it would do
+    # with this kustomization (list files, set the image) is done by `objects()` above.
+    listed = kustomization()["resources"]
+    manifests = {path.name for path in KUBERNETES_DIR.glob("*.yaml")} - {"kustomization.yaml"}
+
+    assert sorted(listed) == sorted(manifests) and len(set(listed)) == len(listed)
+    assert set(kustomization()) == {"apiVersion", "kind", "resources", "images"}
+    assert [image["name"] for image in kustomization()["images"]] == [IMAGE]
+
+
+def test_every_object_is_valid_against_its_schema() -> None:
+    kinds: Counter[str] = Counter()
+    for item in objects():
+        kinds[item["kind"]] += 1
+        custom = CUSTOM_SCHEMAS.get(item["kind"])
+        if custom is not None:
+            jsonschema.validate(item, custom)
+        else:
+            kubernetes_validate.validate(item, KUBERNETES_VERSION, strict=True)
+
+    assert kinds == {
+        "ConfigMap": 1,
+        "Job": 1,
+        "Deployment": 1 + len(worker_roles()),
+        "Service": 1 + len(worker_roles()),
+        "HorizontalPodAutoscaler": 1,
+        "PodDisruptionBudget": 4,
+        "ServiceMonitor": 1,
+        "PrometheusRule": 1,
+    }
+
+
+def test_the_schemas_catch_a_misspelt_field() -> None:
+    deployment = next(item for item in objects() if item["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    monitor = next(iter(of_kind("ServiceMonitor").values()))
+    monitor["spec"]["endpoints"][0]["intervall"] = "30s"
+
+    for broken, check in (
+        (deployment, lambda: kubernetes_validate.validate(deployment, KUBERNETES_VERSION, True)),
+        (monitor, lambda: jsonschema.validate(monitor, SERVICE_MONITOR)),
+    ):
+        try:
+            check()
+        except jsonschema.ValidationError:
+            continue
+        raise AssertionError(f"{broken['kind']} with a misspelt field passed")
+
+
+def test_one_deployment_per_role_runs_its_command() -> None:
+    deployments = of_kind("Deployment")
+    commands = {
+        name.removeprefix("pin-sessions-"): _containers(item)[0]["args"]
+        for name, item in deployments.items()
+    }
+
+    assert commands.pop(API) == ["serve", "--host", "0.0.0.0", "--port", "8000"]
+    assert commands == worker_roles()
+    assert _containers(of_kind("Job")["pin-sessions-migrate"])[0]["args"] == ["migrate"]
+
+
+def test_every_pod_runs_unprivileged_with_resources_and_the_shipped_image() -> None:
+    _, stages = parse_dockerfile()
+    image_uid = int(stages[-1].all("USER")[-1].split(":")[0])
+    for item in [*of_kind("Deployment").values(), *of_kind("Job").values()]:
+        pod = item["spec"]["template"]["spec"]
+        name = item["metadata"]["name"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["runAsUser"] == image_uid, name
+        for container in pod["containers"]:
+            assert container["image"].startswith(f"{IMAGE}:"), name
+            assert set(container["resources"]["requests"]) == {"cpu", "memory"}, name
+            assert "memory" in container["resources"]["limits"], name
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, name
+            mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+            assert "/tmp" in mounts, name  # PIN_DATA_DIR and temporary files
+
+
+def test_the_api_is_probed_drained_scaled_and_kept_available() -> None:
+    api = of_kind("Deployment")["pin-sessions-api"]
+    pod = api["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep"
+    assert int(pre_stop[1]) < pod["terminationGracePeriodSeconds"]
+    assert "replicas" not in api["spec"], "the autoscaler owns the replica count"
+    assert api["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+    hpa = of_kind("HorizontalPodAutoscaler")["pin-sessions-api"]
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "pin-sessions-api",
+    }
+    assert hpa["spec"]["minReplicas"] >= 2
+    budgets = of_kind("PodDisruptionBudget")
+    assert budgets["pin-sessions-api"]["spec"]["minAvailable"] == 1
+    for name, budget in budgets.items():
+        selected = of_kind("Deployment")[name]["spec"]["template"]["metadata"]["labels"]
+        assert budget["spec"]["selector"]["matchLabels"].items() <= selected.items(), name
+        assert of_kind("Deployment")[name]["spec"].get("replicas", 2) >= 2, name
+
+
+def test_every_worker_is_probed_on_its_metrics_port_and_stops_in_time() -> None:
+    config = of_kind("ConfigMap")["pin-sessions"]["data"]
+    assert int(config["PIN_METRICS_PORT"]) == METRICS_PORT
+    assert config["PIN_ENV"] == "prod" and "PIN_DEV_CODES" not in config
+    for role in worker_roles():
+        pod = of_kind("Deployment")[f"pin-sessions-{role}"]["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+        assert ports == {"metrics": METRICS_PORT}, role
+        assert container["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+        grace = JOB_STOP_GRACE_SECONDS if role.startswith("job-") else STOP_GRACE_SECONDS
+        assert pod["terminationGracePeriodSeconds"] > grace, role
+
+
+def test_the_service_monitor_scrapes_every_role_under_the_job_names_the_alerts_use() -> None:
+    services = of_kind("Service")
+    monitor = of_kind("ServiceMonitor")["pin-sessions"]["spec"]
+    [endpoint] = monitor["endpoints"]
+    deployments = of_kind("Deployment")
+
+    assert set(services) == set(deployments)
+    for name, service in services.items():
+        assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        pod = deployments[name]["spec"]["template"]
+        assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items(), name
+        container_ports = {port["name"] for port in pod["spec"]["containers"][0]["ports"]}
+        metrics = [port for port in service["spec"]["ports"] if port["name"] == endpoint["port"]]
+        assert metrics and metrics[0]["targetPort"] in container_ports, name
+    # A target's `job` label is its Service's name: every "down" alert must name one.
+    scraped = {f'job="{name}"' for name in services}
+    for rule in alert_rules():
+        if "up{" in rule["expr"]:
+            assert any(job in rule["expr"] for job in scraped), rule["alert"]
+
+
+def test_the_prometheus_rule_is_generated_from_the_rules_files() -> None:
+    generated = subprocess.run(
+        [sys.executable, str(KUBERNETES_DIR / "generate_prometheus_rule.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    committed = (KUBERNETES_DIR / "prometheus-rule.yaml").read_text(encoding="utf-8")
+
+    assert committed == generated, "run `make deploy/kubernetes/prometheus-rule.yaml`"
+    groups = [
+        group
+        for path in rules_files()
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]
+    ]
+    assert of_kind("PrometheusRule")["pin-sessions"]["spec"]["groups"] == groups
