@@ -1,7 +1,8 @@
 """``dev-stats-session-ended``: seed 004's only required consumer.
 
 Thin by design (STYLE 12): decode the payload, call the operation. First-seen by
-MessageId is the runner's row; first-seen by SessionId is the fact table's key.
+MessageId is the runner's row; first-seen by SessionId is the fact table's key, and the day's
+rollup counts a session only when its fact is new.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ SESSION_ENDED_TOPIC = "pin.user-activity.session-ended.v1"
 
 
 class SessionEndedConsumer:
-    """Keeps one fact per ended session for the summary."""
+    """Keeps one fact per ended session and counts it in its day's rollup for the summary."""
 
     consumer = "dev-stats-session-ended"
     topic = SESSION_ENDED_TOPIC

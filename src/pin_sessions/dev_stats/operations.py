@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime
 
+from pin_sessions.dev_stats import durations
 from pin_sessions.dev_stats.domain import Period, SessionFact
-from pin_sessions.dev_stats.sql import INSERT_FACT, SELECT_BY_DAY, SELECT_TOTALS
+from pin_sessions.dev_stats.sql import RECORD_FACT, SELECT_DAYS
 from pin_sessions.platform.database import Connection, Database
 
 
 async def record_session_ended(conn: Connection, fact: SessionFact, *, now: datetime) -> bool:
-    """Keep the fact in the caller's transaction; False when the session was already counted."""
+    """Keep the fact and count it in its day's rollup, in the caller's transaction.
+
+    False when the session was already counted; then nothing changes.
+    """
     status = await conn.execute(
-        INSERT_FACT,
+        RECORD_FACT,
         fact.session_id,
         fact.message_id,
         fact.anonymous_id,
@@ -22,6 +26,7 @@ async def record_session_ended(conn: Connection, fact: SessionFact, *, now: date
         fact.last_activity_at,
         fact.duration_seconds,
         now,
+        durations.bucket_of(fact.duration_seconds),
     )
     return bool(status == "INSERT 0 1")
 
@@ -37,6 +42,8 @@ class DaySummary:
 
 @dataclass(frozen=True)
 class Summary:
+    """Counts and the average are exact; p50 and p90 as ``durations`` promises them."""
+
     sessions: int
     guest_sessions: int
     user_sessions: int
@@ -47,26 +54,33 @@ class Summary:
 
 
 async def summarize(database: Database, period: Period) -> Summary:
-    """Counts and durations of the sessions that began in ``period``."""
-    async with database.transaction() as conn:
-        totals = await conn.fetchrow(SELECT_TOTALS, period.first, period.last)
-        days = await conn.fetch(SELECT_BY_DAY, period.first, period.last)
-    assert totals is not None
+    """Counts and durations of the sessions that began in ``period``, from its days' rollups."""
+    async with database.connection() as conn:
+        rows = await conn.fetch(SELECT_DAYS, period.first, period.last)
+    by_day = [
+        DaySummary(
+            day=row["day"],
+            sessions=row["guest_sessions"] + row["user_sessions"],
+            guest_sessions=row["guest_sessions"],
+            user_sessions=row["user_sessions"],
+            avg_duration_seconds=_average(
+                row["duration_seconds_sum"], row["guest_sessions"] + row["user_sessions"]
+            ),
+        )
+        for row in rows
+    ]
+    sessions = sum(day.sessions for day in by_day)
+    histogram = durations.merge_stored([row["duration_histogram"] for row in rows], sessions)
     return Summary(
-        sessions=totals["sessions"],
-        guest_sessions=totals["guest_sessions"],
-        user_sessions=totals["user_sessions"],
-        avg_duration_seconds=totals["avg_duration"],
-        p50_duration_seconds=totals["p50_duration"],
-        p90_duration_seconds=totals["p90_duration"],
-        by_day=[
-            DaySummary(
-                day=row["day"],
-                sessions=row["sessions"],
-                guest_sessions=row["guest_sessions"],
-                user_sessions=row["user_sessions"],
-                avg_duration_seconds=row["avg_duration"],
-            )
-            for row in days
-        ],
+        sessions=sessions,
+        guest_sessions=sum(day.guest_sessions for day in by_day),
+        user_sessions=sum(day.user_sessions for day in by_day),
+        avg_duration_seconds=_average(sum(row["duration_seconds_sum"] for row in rows), sessions),
+        p50_duration_seconds=durations.percentile(histogram, 0.5),
+        p90_duration_seconds=durations.percentile(histogram, 0.9),
+        by_day=by_day,
     )
+
+
+def _average(total_seconds: int, sessions: int) -> float | None:
+    return total_seconds / sessions if sessions else None

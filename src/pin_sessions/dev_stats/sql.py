@@ -2,38 +2,47 @@
 
 from __future__ import annotations
 
-# First seen wins: the one session-ended event per session (INV-SES-006) may arrive twice.
-INSERT_FACT = """
-insert into dev_stats.session_facts
-    (session_id, message_id, anonymous_id, user_id, created_at, last_activity_at,
-     duration_seconds, recorded_at)
-values ($1, $2, $3, $4, $5, $6, $7, $8)
-on conflict (session_id) do nothing
+# The fact, and its day's rollup row only when the fact is new. First seen wins: the one
+# session-ended event per session (INV-SES-006) may arrive twice, and ON CONFLICT DO NOTHING
+# then returns no row, so nothing is added to the rollup. Two consumers recording one session
+# at once: the second insert waits on the first's key and then skips; two facts of one day
+# queue on that day's row. The row counts the session as a guest's or a user's as the fact
+# says now; an erasure that later clears the fact's user_id leaves it. $9: the duration's
+# bucket (dev_stats.durations); dev_stats.histogram_add is migration 0010's.
+RECORD_FACT = """
+with fact as (
+    insert into dev_stats.session_facts
+        (session_id, message_id, anonymous_id, user_id, created_at, last_activity_at,
+         duration_seconds, recorded_at)
+    values ($1, $2, $3, $4, $5, $6, $7, $8)
+    on conflict (session_id) do nothing
+    returning created_at, user_id, duration_seconds
+)
+insert into dev_stats.daily_sessions as d
+    (day, guest_sessions, user_sessions, duration_seconds_sum, duration_histogram)
+select (created_at at time zone 'UTC')::date,
+       (user_id is null)::int,
+       (user_id is not null)::int,
+       duration_seconds,
+       dev_stats.histogram_add('', $9)
+from fact
+on conflict (day) do update
+set guest_sessions = d.guest_sessions + excluded.guest_sessions,
+    user_sessions = d.user_sessions + excluded.user_sessions,
+    duration_seconds_sum = d.duration_seconds_sum + excluded.duration_seconds_sum,
+    duration_histogram = dev_stats.histogram_add(d.duration_histogram, $9)
 """
 
-# $1, $2: the first and last day (dates, UTC) of the period, both included.
-SELECT_TOTALS = """
-select count(*) as sessions,
-       count(*) filter (where user_id is null) as guest_sessions,
-       count(*) filter (where user_id is not null) as user_sessions,
-       avg(duration_seconds)::float8 as avg_duration,
-       percentile_cont(0.5) within group (order by duration_seconds) as p50_duration,
-       percentile_cont(0.9) within group (order by duration_seconds) as p90_duration
-from dev_stats.session_facts
-where created_at >= $1::date::timestamp at time zone 'UTC'
-  and created_at < ($2::date + 1)::timestamp at time zone 'UTC'
-"""
-
-SELECT_BY_DAY = """
-select day::date as day,
-       count(f.session_id) as sessions,
-       count(f.session_id) filter (where f.user_id is null) as guest_sessions,
-       count(f.session_id) filter (where f.user_id is not null) as user_sessions,
-       avg(f.duration_seconds)::float8 as avg_duration
-from generate_series($1::date, $2::date, interval '1 day') as day
-left join dev_stats.session_facts f
-  on f.created_at >= day::date::timestamp at time zone 'UTC'
- and f.created_at < (day::date + 1)::timestamp at time zone 'UTC'
-group by day
-order by day
+# $1, $2: the first and last day (dates, UTC) of the period, both included; at most 366
+# rows, whatever the number of facts. A day without a row had no sessions. The histogram is
+# 4-byte big-endian counts per bucket (migration 0010).
+SELECT_DAYS = """
+select period.day::date as day,
+       coalesce(r.guest_sessions, 0) as guest_sessions,
+       coalesce(r.user_sessions, 0) as user_sessions,
+       coalesce(r.duration_seconds_sum, 0) as duration_seconds_sum,
+       coalesce(r.duration_histogram, '') as duration_histogram
+from generate_series($1::date, $2::date, interval '1 day') as period (day)
+left join dev_stats.daily_sessions as r on r.day = period.day::date
+order by period.day
 """
