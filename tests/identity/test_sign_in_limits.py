@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
+from pin_sessions.identity.domain import SignInLimits
+from pin_sessions.identity.sql import SIGN_IN_REQUEST_LIMIT_EDGES
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.runtime import Runtime
 from tests.conftest import TEST_JWT_SECRET
@@ -83,6 +86,55 @@ async def test_the_service_sends_at_most_global_limit_codes_a_minute(
         assert refused(await ask(http, "203.0.113.1")) == 15
         clock.advance(timedelta(seconds=15))
         assert (await ask(http, "203.0.113.1")).status_code == 201
+
+
+# A month of requests (retention keeps 30 days): 2 a minute from 3000 phones and addresses.
+INSERT_A_MONTH_OF_REQUESTS = """
+insert into identity.sign_in_confirmation_requests
+    (id, phone_number, code_hash, attempts, status, created_at, expires_at, ip_address,
+     ip_network)
+select gen_random_uuid(), phone, '\\x00', 0, 'Expired', at, at, ip, ip
+from (select '+4479110' || lpad((n % 3000)::text, 5, '0') as phone,
+             $1::timestamptz - n * interval '30 seconds' as at,
+             '198.51.' || (n % 3000 / 250) || '.' || (n % 250) as ip
+      from generate_series(1, 86400) as n) as requests
+"""
+
+
+async def test_each_limit_is_counted_through_an_index_not_the_whole_table(
+    runtime: Runtime, clock: FixedClock, database_url: str
+) -> None:
+    """Every sign-in request runs this under the service's one lock: a scan of the table
+    would make every other request wait for it."""
+    now = clock.now()
+    limits = SignInLimits.of(per_ip_limit=20, global_limit=600)
+    # The setup on a connection of its own: the API's is bounded for requests, not for this.
+    setup = await asyncpg.connect(database_url)
+    try:
+        await setup.execute(INSERT_A_MONTH_OF_REQUESTS, now)
+        await setup.execute("analyze identity.sign_in_confirmation_requests")
+    finally:
+        await setup.close()
+    async with runtime.database.connection() as conn:
+        rows = await conn.fetch(
+            f"explain {SIGN_IN_REQUEST_LIMIT_EDGES}",
+            "+447911000042",
+            now - limits.per_phone.window,
+            limits.per_phone.count - 1,
+            "198.51.0.42",
+            now - limits.per_address.window,
+            limits.per_address.count - 1,
+            now - limits.service.window,
+            limits.service.count - 1,
+        )
+    plan = "\n".join(row[0] for row in rows)
+    assert "Seq Scan" not in plan, plan
+    for index in (
+        "ix_sicr_phone_number_created_at",
+        "ix_sicr_ip_network_created_at",
+        "ix_sicr_created_at",
+    ):
+        assert index in plan, plan
 
 
 # Several API processes on one database, requests to all of them at once.
