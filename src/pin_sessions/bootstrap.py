@@ -19,10 +19,12 @@ from prometheus_client import CollectorRegistry
 from pin_sessions.dev_stats import routes as dev_stats_routes
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.identity import http as identity_http
-from pin_sessions.identity.codes import DEV_CODE_KEY_PURPOSE, DevCodes, LoggingCodeSender
+from pin_sessions.identity.codes import DEV_CODE_KEY_PURPOSE, DevCodes
+from pin_sessions.identity.domain import SignInLimits
 from pin_sessions.identity.jobs import expire_sessions, session_retention
 from pin_sessions.identity.liveness import RefreshSessionLiveness
 from pin_sessions.identity.operations import IdentityOperations, random_code
+from pin_sessions.identity.sms import build_code_sender
 from pin_sessions.platform.auth import Authenticator, TokenCodec
 from pin_sessions.platform.clock import Clock, SystemClock
 from pin_sessions.platform.database import Bounds, Database
@@ -144,14 +146,17 @@ def build_authenticator(runtime: Runtime) -> Authenticator:
 
 
 def build_identity_operations(runtime: Runtime) -> IdentityOperations:
-    """Identity's use cases; codes are logged as sent and, with PIN_DEV_CODES=1, derivable."""
+    """Identity's use cases; codes go out through ``PIN_SMS__PROVIDER`` within the sign-in
+    limits and, with PIN_DEV_CODES=1, are derivable."""
     dev_codes = build_dev_codes(runtime)
+    settings = runtime.settings
     return IdentityOperations(
         runtime.database,
         runtime.secrets,
         build_token_codec(runtime),
-        LoggingCodeSender(),
-        refresh_reuse_interval=runtime.settings.refresh_reuse_interval,
+        build_code_sender(settings.sms, runtime.registry),
+        refresh_reuse_interval=settings.refresh_reuse_interval,
+        limits=SignInLimits.of(settings.sign_in.per_ip_limit, settings.sign_in.global_limit),
         issue_code=random_code if dev_codes is None else dev_codes.issue,
     )
 

@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 
 from pin_sessions.settings import Environment, Settings, SettingsError, load_settings
+from tests.support.sms_gateways import CONFIGURED_GATEWAY
 
 
 def test_defaults_follow_the_spec() -> None:
@@ -144,13 +145,18 @@ def test_a_bad_value_names_the_variable_and_the_rule(environ: dict[str, str], me
 
 def test_prod_accepts_a_complete_configuration() -> None:
     settings = load_settings(
-        {"PIN_ENV": "prod", "PIN_JWT_SECRET": "x" * 40, "PIN_DATABASE_URL": "postgresql://db/pin"}
+        {
+            "PIN_ENV": "prod",
+            "PIN_JWT_SECRET": "x" * 40,
+            "PIN_DATABASE_URL": "postgresql://db/pin",
+            **CONFIGURED_GATEWAY,
+        }
     )
     assert settings.env is Environment.PROD
 
 
 def test_prod_accepts_any_non_empty_secret_and_flags_a_short_one() -> None:
-    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin"}
+    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin", **CONFIGURED_GATEWAY}
     short = load_settings({**environ, "PIN_JWT_SECRET": "x" * 31})
     long_enough = load_settings({**environ, "PIN_JWT_SECRET": "x" * 32})
     assert (short.jwt_secret_is_short, long_enough.jwt_secret_is_short) == (True, False)
