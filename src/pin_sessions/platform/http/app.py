@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
+from pin_sessions.platform.http.cors import CorsMiddleware
 from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.fast_path import FastPath
 from pin_sessions.platform.http.head import HeadAsGet
@@ -86,4 +87,10 @@ def create_http_app(
         max_body_bytes=runtime.settings.http.max_body_bytes,
         quiet_paths=quiet,
     )
+    # Outermost, so every answer on a scoped path is labelled for the allowed origin, the
+    # request context's own (413, the last-word 500) included: a browser shows a script an
+    # unlabelled error as a network failure, without its status.
+    origins = runtime.settings.http.cors_origins
+    if origins:
+        app.add_middleware(CorsMiddleware, origins=origins)
     return app
