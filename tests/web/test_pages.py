@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 import pytest
 
@@ -13,21 +11,19 @@ from pin_sessions.settings import load_settings
 from pin_sessions.web.http import STATIC_FILES, static_bytes
 from tests.support.http import LiveServer
 
-CANONICAL_TRACKER = Path(__file__).parents[2] / "clients" / "js" / "pin-tracker.js"
 
-
-def test_the_client_tracker_and_the_packaged_one_are_one_file() -> None:
-    """``clients/js/pin-tracker.js`` links to the package data, so the two cannot drift."""
-    assert static_bytes("pin-tracker.js") == CANONICAL_TRACKER.read_bytes()
-
-
-async def test_the_served_tracker_is_byte_identical_to_the_client_file(
-    http: httpx.AsyncClient,
+@pytest.mark.parametrize("name", ["pin-tracker.js", "pin-tracker.iife.js"])
+async def test_the_served_tracker_builds_are_the_packaged_ones_with_their_source_maps(
+    http: httpx.AsyncClient, name: str
 ) -> None:
-    response = await http.get("/static/pin-tracker.js")
+    response = await http.get(f"/static/{name}")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/javascript")
-    assert response.content == CANONICAL_TRACKER.read_bytes()
+    assert response.content == static_bytes(name)
+    assert response.content.rstrip().endswith(f"//# sourceMappingURL={name}.map".encode())
+    source_map = await http.get(f"/static/{name}.map")
+    assert source_map.status_code == 200
+    assert source_map.json()["sourcesContent"]
 
 
 @pytest.mark.parametrize("path", ["/dev-stats", "/demo"])
