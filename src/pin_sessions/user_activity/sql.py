@@ -85,7 +85,7 @@ set status = 'Inactive', ended_at = $2, duration = last_activity_at - created_at
 where id = any($1::uuid[])
   and status = 'Active'
   and ($3::timestamptz is null or last_activity_at < $3)
-returning id, anonymous_id, user_id, created_at, last_activity_at, duration
+returning id, anonymous_id, user_id, created_at, last_activity_at, duration, device_type
 """
 
 # INV-LV-007: open views of closed sessions end at the session's last activity, never
