@@ -37,7 +37,7 @@ from pin_sessions.platform.http.dependencies import (
 )
 from pin_sessions.platform.http.idempotency_key import IdempotencyKey, idempotency_key_parameter
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
-from pin_sessions.platform.permissions import HISTORY_VIEW_BY_USER
+from pin_sessions.platform.permissions import DEV_STATS_VIEW, HISTORY_VIEW_BY_USER
 from pin_sessions.user_activity import history, operations
 from pin_sessions.user_activity.domain import DeviceInfo, device_info, duration_seconds
 from pin_sessions.user_activity.heartbeats import Heartbeats
@@ -50,6 +50,7 @@ from pin_sessions.user_activity.schemas import (
     HeartbeatRequest,
     History,
     LinkRequest,
+    OpenSessions,
     PropertyViewRequest,
     SessionLinked,
     SessionStarted,
@@ -256,6 +257,22 @@ async def own_history(
     else:
         raise AuthenticationRequired("a Bearer token or X-Anonymous-Id is required")
     return _page_response(page)
+
+
+@router.get(
+    "/sessions/open-count",
+    response_model=OpenSessions,
+    responses=problems(401, 403, 503),
+    dependencies=[permission_required(DEV_STATS_VIEW)],
+)
+async def open_sessions(db: DatabaseDep, now: Now) -> OpenSessions:
+    """Sessions open right now (Active, bots left out), for the dev-stats dashboard.
+
+    dev-stats learns of a session only when it ends, so the live count comes from here, to
+    the same readers: holders of ``dev-stats.view``.
+    """
+    count = await operations.count_open_sessions(db)
+    return OpenSessions(open_sessions=count, counted_at=now)
 
 
 @router.post(

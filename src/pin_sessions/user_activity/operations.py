@@ -249,6 +249,13 @@ async def _first_answer(
     )
 
 
+async def count_open_sessions(db: Database) -> int:
+    """Active sessions of people (not bots), one autocommit statement."""
+    async with db.connection() as conn:
+        count: int = await conn.fetchval(sql.COUNT_OPEN_SESSIONS)
+    return count
+
+
 async def end_view(
     db: Database, anonymous_id: uuid.UUID, view_id: uuid.UUID, now: datetime
 ) -> EndedView:

@@ -205,6 +205,13 @@ where rank <= $2
 order by session_id, started_at, id
 """
 
+# Sessions open right now, bots left out as dev-stats leaves them out (closing.py); through
+# the partial index of Active sessions.
+COUNT_OPEN_SESSIONS = """
+select count(*) from user_activity.sessions
+where status = 'Active' and device_type <> 'Bot'
+"""
+
 # The device's current link: its latest session.
 SELECT_DEVICE_LINK = """
 select anonymous_id, user_id, linked_at
