@@ -10,6 +10,7 @@ from fastapi.routing import APIRoute
 
 from pin_sessions.platform.http.cors import CorsMiddleware
 from pin_sessions.platform.http.dependencies import HttpServices
+from pin_sessions.platform.http.docs import install_offline_docs
 from pin_sessions.platform.http.fast_path import FastPath
 from pin_sessions.platform.http.head import HeadAsGet
 from pin_sessions.platform.http.health import router as health_router
@@ -56,7 +57,7 @@ def create_http_app(
         version="1",
         lifespan=lifespan,
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # install_offline_docs: FastAPI's page would fetch Swagger UI from a CDN
         redoc_url=None,
         # FastAPI's own OpenTelemetry: request spans, but neither its metrics nor its logs
         # (Prometheus and structlog have those), and no span for the quiet paths, which
@@ -74,6 +75,7 @@ def create_http_app(
         setattr(app.state, name, value)
     install_problem_handlers(app)
     install_problem_schema(app)
+    install_offline_docs(app, openapi_url="/openapi.json")
     app.include_router(health_router)
     for router in routers:
         app.include_router(router)
