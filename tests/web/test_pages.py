@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from playwright.async_api import BrowserContext
 
 from pin_sessions.bootstrap import build_api, build_runtime
 from pin_sessions.platform.clock import FixedClock
@@ -62,3 +63,15 @@ async def test_the_dev_viewer_grant_exists_only_with_dev_codes(
 async def test_the_dev_viewer_grant_refuses_a_malformed_phone(http: httpx.AsyncClient) -> None:
     response = await http.post("/dev/dev-stats/viewers", json={"phoneNumber": "12345"})
     assert response.status_code == 422
+
+
+async def test_the_api_docs_render_in_a_browser_from_this_server_alone(
+    device: BrowserContext, api_url: str
+) -> None:
+    page = await device.new_page()
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    await page.goto("/docs")
+    await page.wait_for_selector(".swagger-ui .info .title")
+    assert "PIN Sessions" in (await page.text_content(".swagger-ui .info .title") or "")
+    assert [url for url in requested if not url.startswith(api_url)] == []
