@@ -425,3 +425,17 @@ async def test_a_clock_set_back_never_makes_an_idle_page_send_heartbeats(page: P
     await page.wait_for_function("n => idle.stats.ticks >= n + 5", arg=ticks)
     assert await page.evaluate("() => idle.stats.heartbeats") == 0
     await no_escaped_errors(page)
+
+
+async def test_data_json_cannot_carry_is_refused_at_once_without_a_page_error(
+    page: Page,
+) -> None:
+    await harness(page, [])
+    refused = await page.evaluate(
+        """() => { const cycle = {}; cycle.self = cycle;
+                   return Promise.all([harness.tracker.track("cycle", cycle),
+                                       harness.tracker.track("big", { n: 1n })]); }"""
+    )
+    assert refused == [None, None]
+    assert await calls(page, "path") == []
+    await no_escaped_errors(page)

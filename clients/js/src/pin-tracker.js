@@ -266,6 +266,13 @@ export class Tracker {
   #enqueue(item) {
     return new Promise((resolve) => {
       if (!this.#allowed() || this.#halted) return resolve(null);
+      if (item.body !== undefined) {
+        try {
+          JSON.stringify(item.body);
+        } catch {
+          return resolve(null); // data JSON cannot carry (a cycle, a BigInt): refused at once
+        }
+      }
       item.resolve = resolve;
       // Items belong to the device identity current when they happened, even if `reset()`
       // replaces it before they are delivered.
@@ -651,7 +658,7 @@ class SharedDeviceId {
 
 /** A random (version 4) UUID; `crypto.randomUUID` needs a secure context, this does not. */
 function newId(win) {
-  const crypto = win?.crypto ?? globalThis.crypto;
+  const crypto = win?.crypto ?? globalThis.crypto ?? { getRandomValues: (a) => a.map(() => Math.random() * 256) };
   if (crypto.randomUUID) return crypto.randomUUID();
   const bytes = crypto.getRandomValues(new Uint8Array(16));
   bytes[6] = (bytes[6] & 0x0f) | 0x40;
