@@ -27,7 +27,14 @@ $(STAMP): pyproject.toml | $(BIN)/python
 up: $(RUNTIME_STAMP)
 	$(BIN)/pin-sessions up
 
-test: $(STAMP)
+# The tracker's build tools (esbuild, tsc), pinned by clients/js/package-lock.json; the tests
+# build it and check the copies the service serves.
+JS_STAMP := clients/js/node_modules/.package-lock.json
+
+$(JS_STAMP): clients/js/package.json clients/js/package-lock.json
+	cd clients/js && npm ci --no-audit --no-fund
+
+test: $(STAMP) $(JS_STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)

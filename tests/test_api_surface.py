@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -56,6 +57,16 @@ async def test_docs_page_is_served_for_the_whole_api(http: httpx.AsyncClient) ->
     assert response.status_code == 200
 
 
+async def test_docs_load_nothing_from_another_host(http: httpx.AsyncClient) -> None:
+    """/docs works offline: Swagger UI's script, style and icon come from this server."""
+    page = (await http.get("/docs")).text
+    referenced = re.findall(r"""(?:src|href|url)\s*[:=]\s*['"]([^'"]+)['"]""", page)
+    assert {"/openapi.json", "/docs/assets/swagger-ui-bundle.js"} <= set(referenced)
+    for url in referenced:
+        assert url.startswith("/"), f"/docs loads {url}"
+        assert (await http.get(url)).status_code == 200, url
+
+
 # What each route answers besides its success (SPEC §4): 503 wherever the database is
 # asked, 413 wherever a body is read, 401 wherever a Bearer token is read.
 DECLARED_ERRORS = {
@@ -74,6 +85,7 @@ DECLARED_ERRORS = {
     ("post", "/api/user-activity/property-views"): {400, 401, 413, 422, 503},
     ("post", "/api/user-activity/property-views/{viewId}/end"): {400, 401, 404, 413, 422, 503},
     ("get", "/api/user-activity/users/{userId}/sessions"): {400, 401, 403, 422, 503},
+    ("get", "/api/user-activity/sessions/open-count"): {401, 403, 503},
     ("get", "/internal/sessions/{anonymousId}/link"): {400, 401, 403, 404, 503},
     ("get", "/internal/users/{userId}/sessions"): {400, 401, 403, 422, 503},
     ("get", "/api/dev-stats/sessions/summary"): {400, 401, 403, 503},

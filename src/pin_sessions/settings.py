@@ -147,8 +147,36 @@ class DatabaseSettings(_Group):
     pool_max: Annotated[int, Field(gt=0)] = 10
 
 
+_ORIGIN = re.compile(r"^https?://[^/?#\s]+$")
+
+
+def _origin_list(value: Any) -> Any:
+    """``PIN_HTTP__CORS_ORIGINS``: comma-separated or a JSON list of origins.
+
+    An origin is what a browser sends in ``Origin``: scheme, host and port, no path and no
+    trailing slash, so a typo fails at start instead of never matching.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        value = json.loads(text) if text.startswith("[") else text.split(",")
+    if not isinstance(value, (list, tuple)):
+        return value
+    origins = []
+    for item in value:
+        origin = item.strip() if isinstance(item, str) else item
+        if origin == "":
+            continue
+        if not isinstance(origin, str) or not _ORIGIN.match(origin):
+            raise ValueError(f"{origin!r} is not an origin such as https://app.example:8443")
+        origins.append(origin)
+    return tuple(origins)
+
+
 class HttpSettings(_Group):
     max_body_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
+    # SPEC §8: the browser origins allowed to call /api/** and /.well-known/**; empty is
+    # same origin only.
+    cors_origins: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_origin_list)] = ()
 
 
 IpNetwork = IPv4Network | IPv6Network

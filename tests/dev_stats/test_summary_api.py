@@ -80,6 +80,12 @@ async def test_the_summary_counts_sessions_by_kind_with_durations_and_days(
                 "avgDurationSeconds": 300.0,
             },
         ],
+        # Beyond SPEC's fields, for the dashboard: the period's non-empty buckets.
+        "durationHistogram": [
+            {"fromSeconds": 60, "toSeconds": 60, "sessions": 1},
+            {"fromSeconds": 120, "toSeconds": 121, "sessions": 1},
+            {"fromSeconds": 296, "toSeconds": 303, "sessions": 1},
+        ],
     }
 
 
@@ -96,6 +102,7 @@ async def test_an_empty_period_has_zero_sessions_and_no_durations(
         None,
     )
     assert [day["date"] for day in body["byDay"]] == ["2026-11-29"]  # `to` defaults to today
+    assert body["durationHistogram"] == []
 
 
 async def test_a_bad_period_is_a_400_problem(runtime: Runtime, http: httpx.AsyncClient) -> None:

@@ -144,3 +144,25 @@ async def test_many_sessions_close_in_one_call(http: httpx.AsyncClient, runtime:
         result = await close_sessions(conn, ids, now=T0)
     assert set(result.session_ids) == set(ids)
     assert len(await outbox(runtime, "pin.user-activity.session-ended")) == 10
+
+
+async def test_a_bot_session_closes_without_a_session_ended_event(
+    http: httpx.AsyncClient, runtime: Runtime, clock: FixedClock
+) -> None:
+    """Bots are not counted as guests: dev-stats never hears of their sessions."""
+    bot, person = new_id(), new_id()
+    crawler = {
+        "X-Anonymous-Id": str(bot),
+        "User-Agent": "Googlebot/2.1 (+http://www.google.com/bot.html)",
+    }
+    bot_session = (await http.post(START, headers=crawler)).json()["sessionId"]
+    person_session = (await http.post(START, headers=device(person))).json()["sessionId"]
+    async with runtime.database.transaction() as conn:
+        result = await close_sessions(
+            conn, [uuid.UUID(bot_session), uuid.UUID(person_session)], now=T0 + timedelta(hours=1)
+        )
+    assert len(result.session_ids) == 2
+    [bot_row] = await sessions_of(runtime, bot)
+    assert (bot_row["status"], bot_row["device_type"]) == ("Inactive", "Bot")
+    ended = await outbox(runtime, "pin.user-activity.session-ended")
+    assert [event["payload"]["SessionId"] for event in ended] == [person_session]

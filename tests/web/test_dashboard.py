@@ -1,5 +1,8 @@
 """The dev-stats dashboard in real Chromium: a developer signs in with the development code
-flow, and the three charts draw the summary of sessions that really ended."""
+flow, and the three charts draw the summary of sessions that really ended.
+
+Screenshots (the whole page on a desktop and on a phone, and each chart) are kept as test
+artefacts in the test's ``tmp_path``, under pytest's ``--basetemp``."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
-from playwright.async_api import BrowserContext, Page
+from playwright.async_api import BrowserContext, Page, ViewportSize
 
 from pin_sessions.bootstrap import build_consumer
 from pin_sessions.platform.auth import TokenCodec
@@ -26,7 +29,8 @@ HEARTBEAT = "/api/user-activity/sessions/heartbeat"
 LINK = "/api/user-activity/sessions/link"
 GUEST_RGB = (0xE0, 0x7B, 0x39)  # --guest in pages.css
 USER_RGB = (0x3A, 0x7B, 0xD5)  # --user in pages.css
-P90_RGB = (0x2F, 0x6B, 0x4A)  # the darkest duration bar
+DURATION_RGB = (0x2F, 0x6B, 0x4A)  # the duration histogram's bars
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 async def session_lasting(
@@ -85,18 +89,32 @@ async def test_the_dashboard_draws_sessions_per_day_durations_and_guest_vs_user(
         await session_lasting(http, clock, 10, bearer=user.access_token),
     ]
     await end_sessions_and_deliver(runtime, clock, sessions)
+    assert (await http.post(START)).status_code == 200  # one session still open
 
     page = await device.new_page()
+    await page.clock.set_fixed_time(clock.now())  # the browser's today is the server's
     day = T0.date()
     await page.goto(f"/dev-stats?from={day - timedelta(days=6)}&to={day}&reloadMs=0")
     await page.click("#sign-in")  # grants dev-stats.view, then signs in with the dev code
     await page.wait_for_selector("#chart-per-day[data-empty='false']")
 
+    assert await page.text_content("#n-open") == "1"
     assert await page.text_content("#n-sessions") == "3"
     assert await page.text_content("#n-guest") == "2"
     assert await page.text_content("#n-user") == "1"
     assert await page.locator("#chart-per-day rect.bar").count() == 2  # guest + user, one day
-    assert await page.locator("#chart-durations rect.bar").count() == 3  # p50, average, p90
+    # Every day of the range is labelled, today by name and outlined.
+    labels = await page.locator("#chart-per-day text:not(.value)").all_text_contents()
+    assert [label for label in labels if "-" in label or label == "today"] == [
+        *(str(day - timedelta(days=n))[5:] for n in range(6, 0, -1)),
+        "today",
+    ]
+    assert await page.locator("#chart-per-day rect.marked").count() == 1
+    assert "UTC" in (await page.text_content("#utc-note") or "")
+    assert await page.text_content("#utc-today") == str(day)
+    # A real histogram: 2 and 3 minutes share the 2 to 5 min range, 10 minutes is in 10 to 15 min.
+    bars = await page.locator("#chart-durations rect.bar title").all_text_contents()
+    assert bars == ["2 min: 2 sessions", "10 min: 1 sessions"]
     assert await page.locator("#chart-guest-user path.slice").count() == 2
 
     await page.screenshot(path=tmp_path / "dashboard.png", full_page=True)
@@ -105,7 +123,7 @@ async def test_the_dashboard_draws_sessions_per_day_durations_and_guest_vs_user(
     donut = await chart_shot(page, "#chart-guest-user", tmp_path / "guest-user.png")
     assert coloured_pixels(per_day, GUEST_RGB) > 200
     assert coloured_pixels(per_day, USER_RGB) > 100
-    assert coloured_pixels(durations, P90_RGB) > 200
+    assert coloured_pixels(durations, DURATION_RGB) > 200
     # Two guests to one user: the guest share of the donut is about twice the user's.
     guest, signed_in = coloured_pixels(donut, GUEST_RGB), coloured_pixels(donut, USER_RGB)
     assert signed_in > 500
@@ -128,3 +146,43 @@ async def test_without_the_permission_the_dashboard_says_so_instead_of_drawing(
     await page.wait_for_selector("#status.error")
     assert "dev-stats.view" in (await page.text_content("#status") or "")
     assert await page.locator("#dashboard").is_hidden()
+
+
+async def test_the_dashboard_is_readable_on_a_phone_and_exports_the_range_as_csv(
+    device: BrowserContext,
+    http: httpx.AsyncClient,
+    runtime: Runtime,
+    clock: FixedClock,
+    tmp_path: Path,
+) -> None:
+    await end_sessions_and_deliver(runtime, clock, [await session_lasting(http, clock, 4)])
+    page = await device.new_page()
+    await page.set_viewport_size(PHONE)
+    await page.clock.set_fixed_time(clock.now())
+    day = T0.date()
+    await page.goto(f"/dev-stats?from={day - timedelta(days=29)}&to={day}&reloadMs=0")
+    await page.click("#sign-in")
+    await page.wait_for_selector("#chart-per-day[data-empty='false']")
+    await page.screenshot(path=tmp_path / "dashboard-phone.png", full_page=True)
+
+    # Numbers and chart text at a size a phone can show: the charts are drawn at the width
+    # they take, not shrunk from a desktop drawing.
+    number_px = await page.evaluate(
+        "() => parseFloat(getComputedStyle(document.getElementById('n-sessions')).fontSize)"
+    )
+    assert number_px >= 20
+    smallest_chart_text = await page.evaluate(
+        """() => Math.min(...[...document.querySelectorAll("svg.chart text")]
+                 .map((text) => text.getBoundingClientRect().height))"""
+    )
+    assert smallest_chart_text >= 11
+    assert await page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+
+    async with page.expect_download() as download_info:
+        await page.click("#export-csv")
+    download = await download_info.value
+    assert download.suggested_filename == f"sessions-{day - timedelta(days=29)}-to-{day}.csv"
+    lines = Path(await download.path()).read_text().splitlines()
+    assert lines[0] == "date_utc,sessions,guest_sessions,user_sessions,avg_duration_seconds"
+    assert len(lines) == 1 + 30  # every day of the range, quiet days included
+    assert lines[-1] == f"{day},1,1,0,240.0"

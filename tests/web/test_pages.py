@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 import pytest
+from playwright.async_api import BrowserContext
 
 from pin_sessions.bootstrap import build_api, build_runtime
 from pin_sessions.platform.clock import FixedClock
@@ -13,21 +12,19 @@ from pin_sessions.settings import load_settings
 from pin_sessions.web.http import STATIC_FILES, static_bytes
 from tests.support.http import LiveServer
 
-CANONICAL_TRACKER = Path(__file__).parents[2] / "clients" / "js" / "pin-tracker.js"
 
-
-def test_the_client_tracker_and_the_packaged_one_are_one_file() -> None:
-    """``clients/js/pin-tracker.js`` links to the package data, so the two cannot drift."""
-    assert static_bytes("pin-tracker.js") == CANONICAL_TRACKER.read_bytes()
-
-
-async def test_the_served_tracker_is_byte_identical_to_the_client_file(
-    http: httpx.AsyncClient,
+@pytest.mark.parametrize("name", ["pin-tracker.js", "pin-tracker.iife.js"])
+async def test_the_served_tracker_builds_are_the_packaged_ones_with_their_source_maps(
+    http: httpx.AsyncClient, name: str
 ) -> None:
-    response = await http.get("/static/pin-tracker.js")
+    response = await http.get(f"/static/{name}")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/javascript")
-    assert response.content == CANONICAL_TRACKER.read_bytes()
+    assert response.content == static_bytes(name)
+    assert response.content.rstrip().endswith(f"//# sourceMappingURL={name}.map".encode())
+    source_map = await http.get(f"/static/{name}.map")
+    assert source_map.status_code == 200
+    assert source_map.json()["sourcesContent"]
 
 
 @pytest.mark.parametrize("path", ["/dev-stats", "/demo"])
@@ -66,3 +63,15 @@ async def test_the_dev_viewer_grant_exists_only_with_dev_codes(
 async def test_the_dev_viewer_grant_refuses_a_malformed_phone(http: httpx.AsyncClient) -> None:
     response = await http.post("/dev/dev-stats/viewers", json={"phoneNumber": "12345"})
     assert response.status_code == 422
+
+
+async def test_the_api_docs_render_in_a_browser_from_this_server_alone(
+    device: BrowserContext, api_url: str
+) -> None:
+    page = await device.new_page()
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    await page.goto("/docs")
+    await page.wait_for_selector(".swagger-ui .info .title")
+    assert "PIN Sessions" in (await page.text_content(".swagger-ui .info .title") or "")
+    assert [url for url in requested if not url.startswith(api_url)] == []

@@ -1,10 +1,14 @@
 """The tracker in real Chromium against the live API: one session per device, heartbeats
-only from a visible tab in use, linking on sign-in, and the offline queue."""
+only from a visible tab in use, linking on sign-in, and the offline queue.
+
+The demo's screenshot is kept as a test artefact in its test's ``tmp_path`` (under pytest's
+``--basetemp``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import httpx
 from playwright.async_api import BrowserContext
@@ -113,7 +117,7 @@ async def test_hiding_a_used_tab_sends_one_final_heartbeat(device: BrowserContex
 
 
 async def test_signing_in_on_the_demo_links_the_device_session_to_the_user(
-    device: BrowserContext, http: httpx.AsyncClient
+    device: BrowserContext, http: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     page = await device.new_page()
     guest = await open_demo(page)
@@ -127,6 +131,8 @@ async def test_signing_in_on_the_demo_links_the_device_session_to_the_user(
     await page.wait_for_function("() => window.pinTracker.userId")
 
     linked = await tracker(page)
+    # A test artefact, kept under pytest's --basetemp: what a developer sees on the demo.
+    await page.screenshot(path=tmp_path / "demo.png", full_page=True)
     assert linked["sessionId"] == guest["sessionId"]
     tokens = json.loads(
         await page.evaluate("() => sessionStorage.getItem('pin.demo.tokens')") or "null"
@@ -165,3 +171,23 @@ async def test_actions_taken_offline_are_delivered_once_when_back_online(
     [session] = await device_history(http, started["anonymousId"])
     assert len(session["actions"]) == 3  # type: ignore[arg-type]
     assert (await tracker(page))["delivered"] == 1 + 3  # the start, then the three actions
+
+
+async def test_opting_out_on_the_demo_removes_the_device_id_and_sends_nothing_more(
+    device: BrowserContext,
+) -> None:
+    page = await device.new_page()
+    traffic = Traffic().watch(page)
+    await open_demo(page)
+    await page.click("#opt-out")
+    await page.wait_for_function(
+        "() => document.getElementById('tracking').textContent === 'opted-out'"
+    )
+    stored = await page.evaluate("() => Object.keys(localStorage)")
+    assert stored == ["pin.optOut"]
+
+    await page.reload()  # the choice outlives the page
+    await page.wait_for_function("() => window.pinTracker?.status === 'opted-out'")
+    await page.click("button[data-favourite]")
+    assert traffic.sent(ACTIONS_PATH) == 0
+    assert await page.evaluate("() => window.pinTracker.anonymousId") is None

@@ -41,6 +41,15 @@ class DaySummary:
 
 
 @dataclass(frozen=True)
+class DurationBucket:
+    """Sessions whose duration lies in ``first_second`` … ``last_second`` (both included)."""
+
+    first_second: int
+    last_second: int
+    sessions: int
+
+
+@dataclass(frozen=True)
 class Summary:
     """Counts and the average are exact; p50 and p90 as ``durations`` promises them."""
 
@@ -51,6 +60,8 @@ class Summary:
     p50_duration_seconds: float | None
     p90_duration_seconds: float | None
     by_day: list[DaySummary]
+    # The period's merged histogram, its non-empty buckets only, shortest first.
+    duration_buckets: list[DurationBucket]
 
 
 async def summarize(database: Database, period: Period) -> Summary:
@@ -79,6 +90,11 @@ async def summarize(database: Database, period: Period) -> Summary:
         p50_duration_seconds=durations.percentile(histogram, 0.5),
         p90_duration_seconds=durations.percentile(histogram, 0.9),
         by_day=by_day,
+        duration_buckets=[
+            DurationBucket(*durations.bucket_bounds(bucket), count)
+            for bucket, count in enumerate(histogram)
+            if count
+        ],
     )
 
 

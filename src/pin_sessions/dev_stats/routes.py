@@ -6,7 +6,7 @@ from datetime import date
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pin_sessions.dev_stats.domain import parse_period
@@ -37,6 +37,12 @@ class DayOut(_Out):
     avg_duration_seconds: float | None
 
 
+class DurationBucketOut(_Out):
+    from_seconds: int
+    to_seconds: int
+    sessions: int
+
+
 class SummaryOut(_Out):
     sessions: int
     guest_sessions: int
@@ -45,6 +51,13 @@ class SummaryOut(_Out):
     p50_duration_seconds: float | None
     p90_duration_seconds: float | None
     by_day: list[DayOut]
+    # Beyond SPEC's fields: the histogram p50 and p90 are read from, so a client can draw
+    # the real distribution (durations.py says how buckets are cut).
+    duration_histogram: list[DurationBucketOut] = Field(
+        description="Non-empty duration buckets, shortest first: whole seconds "
+        "`fromSeconds` … `toSeconds`, both included (one bucket per second below 64 s, then "
+        "32 per power of two)"
+    )
 
 
 router = APIRouter(prefix="/api/dev-stats", tags=["dev-stats"])
@@ -84,5 +97,13 @@ def _render(summary: Summary) -> SummaryOut:
                 avg_duration_seconds=day.avg_duration_seconds,
             )
             for day in summary.by_day
+        ],
+        duration_histogram=[
+            DurationBucketOut(
+                from_seconds=bucket.first_second,
+                to_seconds=bucket.last_second,
+                sessions=bucket.sessions,
+            )
+            for bucket in summary.duration_buckets
         ],
     )

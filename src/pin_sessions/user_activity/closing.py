@@ -2,6 +2,11 @@
 
 Set-based: it closes any number of sessions in three statements on the caller's
 connection, inside the caller's transaction, and never commits.
+
+A bot's session (DeviceType ``Bot``) closes like any other but publishes no session-ended:
+seed 004 forbids device data in that event, and its one mandatory consumer, dev-stats,
+counts people's sessions, so it cannot tell a crawler from a guest; the event stays "at most
+one per session" (INV-SES-006). Its views still publish their view-ended events.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pin_sessions.platform.database import Connection
+from pin_sessions.platform.devices import DeviceType
 from pin_sessions.platform.outbox import IntegrationEvent, append_all
 from pin_sessions.user_activity import events, sql
 
@@ -69,6 +75,7 @@ async def close_sessions(
             duration=row["duration"],
         )
         for row in closed
+        if row["device_type"] != DeviceType.BOT
     )
     await append_all(conn, published, now=now)
     return ClosedSessions(tuple(closed_ids), len(views))

@@ -7,10 +7,13 @@ Hierarchy::
         ├── CursorInvalid            400 USER_ACTIVITY_CURSOR_INVALID
         ├── LimitInvalid             400 USER_ACTIVITY_LIMIT_INVALID
         ├── ViewNotFound             404 USER_ACTIVITY_VIEW_NOT_FOUND
+        ├── IdempotencyKeyReused     422 USER_ACTIVITY_IDEMPOTENCY_KEY_REUSED
         └── DeviceNotFound           404 USER_ACTIVITY_DEVICE_NOT_FOUND
 
 The ``X-Anonymous-Id`` errors (USER_ACTIVITY_ANONYMOUS_ID_INVALID / _REQUIRED) belong to the
-header, which identity reads too: they live with it in ``platform.http.anonymous_id``.
+header, which identity reads too: they live with it in ``platform.http.anonymous_id``; a
+malformed ``Idempotency-Key`` (USER_ACTIVITY_IDEMPOTENCY_KEY_INVALID) with its header in
+``platform.http.idempotency_key``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ class ViewNotFound(UserActivityError):
     code = "USER_ACTIVITY_VIEW_NOT_FOUND"
     status = 404
     title = "No such property view on this device"
+
+
+class IdempotencyKeyReused(UserActivityError):
+    code = "USER_ACTIVITY_IDEMPOTENCY_KEY_REUSED"
+    status = 422
+    title = "This Idempotency-Key was used for another request"
 
 
 class DeviceNotFound(UserActivityError):

@@ -35,11 +35,13 @@ from pin_sessions.platform.http.dependencies import (
     services,
     state,
 )
+from pin_sessions.platform.http.idempotency_key import IdempotencyKey, idempotency_key_parameter
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
-from pin_sessions.platform.permissions import HISTORY_VIEW_BY_USER
+from pin_sessions.platform.permissions import DEV_STATS_VIEW, HISTORY_VIEW_BY_USER
 from pin_sessions.user_activity import history, operations
 from pin_sessions.user_activity.domain import DeviceInfo, device_info, duration_seconds
 from pin_sessions.user_activity.heartbeats import Heartbeats
+from pin_sessions.user_activity.idempotency import request_hash
 from pin_sessions.user_activity.schemas import (
     ActionRecorded,
     ActionRequest,
@@ -48,6 +50,7 @@ from pin_sessions.user_activity.schemas import (
     HeartbeatRequest,
     History,
     LinkRequest,
+    OpenSessions,
     PropertyViewRequest,
     SessionLinked,
     SessionStarted,
@@ -65,6 +68,8 @@ QUIET_PATHS = (HEARTBEAT_PATH,)
 # Read by hand (`optional_device`), so a missing or bad header is our 400, not a 422.
 OPTIONAL_DEVICE = parameters(anonymous_id_parameter(required=False))
 REQUIRED_DEVICE = parameters(anonymous_id_parameter(required=True))
+# The routes that record something new: a retried POST after a lost answer records once.
+IDEMPOTENT_DEVICE = parameters(anonymous_id_parameter(required=True), idempotency_key_parameter())
 # Errors every guest-or-user route with a body can answer: a bad device header or JSON
 # (400), a bad Bearer token (401), a body over the limit (413) or refused (422), and a
 # database that did not answer in time (503).
@@ -254,12 +259,28 @@ async def own_history(
     return _page_response(page)
 
 
+@router.get(
+    "/sessions/open-count",
+    response_model=OpenSessions,
+    responses=problems(401, 403, 503),
+    dependencies=[permission_required(DEV_STATS_VIEW)],
+)
+async def open_sessions(db: DatabaseDep, now: Now) -> OpenSessions:
+    """Sessions open right now (Active, bots left out), for the dev-stats dashboard.
+
+    dev-stats learns of a session only when it ends, so the live count comes from here, to
+    the same readers: holders of ``dev-stats.view``.
+    """
+    count = await operations.count_open_sessions(db)
+    return OpenSessions(open_sessions=count, counted_at=now)
+
+
 @router.post(
     "/actions",
     status_code=201,
     response_model=ActionRecorded,
     responses=DEVICE_BODY_PROBLEMS,
-    openapi_extra=REQUIRED_DEVICE,
+    openapi_extra=IDEMPOTENT_DEVICE,
 )
 async def record_action(
     body: ActionRequest,
@@ -268,8 +289,13 @@ async def record_action(
     device: Device,
     anonymous_id: RequiredDevice,
     user: OptionalUser,
+    key: IdempotencyKey,
 ) -> ActionRecorded:
-    """Record an action; it counts as activity of the device's session."""
+    """Record an action; it counts as activity of the device's session.
+
+    With ``Idempotency-Key``, a repeat within 24 hours records nothing and gets the first
+    answer; the same key with another body is 422 USER_ACTIVITY_IDEMPOTENCY_KEY_REUSED.
+    """
     recorded = await operations.record_action(
         db,
         anonymous_id,
@@ -279,6 +305,7 @@ async def record_action(
         action_type=body.type,
         property_object_id=body.property_object_id,
         data=body.data,
+        idempotency=_idempotency(key, "actions", body),
     )
     return ActionRecorded(action_id=recorded.action_id, session_id=recorded.session_id)
 
@@ -288,7 +315,7 @@ async def record_action(
     status_code=201,
     response_model=ViewStarted,
     responses=DEVICE_BODY_PROBLEMS,
-    openapi_extra=REQUIRED_DEVICE,
+    openapi_extra=IDEMPOTENT_DEVICE,
 )
 async def start_view(
     body: PropertyViewRequest,
@@ -297,10 +324,18 @@ async def start_view(
     device: Device,
     anonymous_id: RequiredDevice,
     user: OptionalUser,
+    key: IdempotencyKey,
 ) -> ViewStarted:
-    """Start viewing a property object; counts as activity."""
+    """Start viewing a property object; counts as activity. ``Idempotency-Key`` as for
+    actions."""
     started = await operations.start_view(
-        db, anonymous_id, _user_id(user), device, now, property_object_id=body.property_object_id
+        db,
+        anonymous_id,
+        _user_id(user),
+        device,
+        now,
+        property_object_id=body.property_object_id,
+        idempotency=_idempotency(key, "property-views", body),
     )
     return ViewStarted(
         view_id=started.view_id, session_id=started.session_id, started_at=started.started_at
@@ -350,6 +385,14 @@ async def user_history(
 
 def _page_response(page: history.HistoryPage) -> History:
     return History.model_validate({"items": page.items, "nextCursor": page.next_cursor})
+
+
+def _idempotency(
+    key: str | None, operation: str, body: ActionRequest | PropertyViewRequest
+) -> operations.Idempotency | None:
+    if key is None:
+        return None
+    return operations.Idempotency(key, request_hash(operation, body.model_dump_json()))
 
 
 def _user_id(user: UserPrincipal | None) -> uuid.UUID | None:

@@ -7,7 +7,7 @@ takes ``now`` from its caller: only the server clock sets times (INV-SES-004).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,6 +18,7 @@ from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.outbox import append
 from pin_sessions.user_activity import events, repository, sql
+from pin_sessions.user_activity import idempotency as idempotency_keys
 from pin_sessions.user_activity.domain import DeviceInfo, SessionSnapshot
 from pin_sessions.user_activity.errors import ViewNotFound
 from pin_sessions.user_activity.heartbeats import Heartbeats
@@ -156,6 +157,14 @@ async def link(
     return outcome
 
 
+@dataclass(frozen=True)
+class Idempotency:
+    """A request's ``Idempotency-Key`` and what it asks for (``idempotency.request_hash``)."""
+
+    key: str
+    request_hash: bytes
+
+
 async def record_action(
     db: Database,
     anonymous_id: uuid.UUID,
@@ -166,10 +175,18 @@ async def record_action(
     action_type: str,
     property_object_id: uuid.UUID | None,
     data: Any,
+    idempotency: Idempotency | None = None,
 ) -> RecordedAction:
-    """An action is activity: it extends (or restarts) the caller's session it is recorded in."""
-    action_id = new_id()
+    """An action is activity: it extends (or restarts) the caller's session it is recorded in.
+
+    A repeat of a keyed request records nothing and answers as the first did.
+    """
     async with db.transaction() as conn:
+        if idempotency is not None:
+            first = await _first_answer(conn, anonymous_id, idempotency, now)
+            if first is not None:
+                return RecordedAction(uuid.UUID(first["actionId"]), uuid.UUID(first["sessionId"]))
+        action_id = new_id()
         started = await callers_session(conn, anonymous_id, user_id, device, now)
         session = started.session
         await conn.execute(
@@ -182,6 +199,9 @@ async def record_action(
             data,
             now,
         )
+        if idempotency is not None:
+            answer = {"actionId": str(action_id), "sessionId": str(session.id)}
+            await idempotency_keys.remember(conn, anonymous_id, idempotency.key, answer)
     return RecordedAction(action_id, session.id)
 
 
@@ -193,16 +213,47 @@ async def start_view(
     now: datetime,
     *,
     property_object_id: uuid.UUID,
+    idempotency: Idempotency | None = None,
 ) -> StartedView:
     """A view is activity too, recorded in the caller's session like an action."""
-    view_id = new_id()
     async with db.transaction() as conn:
+        if idempotency is not None:
+            first = await _first_answer(conn, anonymous_id, idempotency, now)
+            if first is not None:
+                return StartedView(
+                    uuid.UUID(first["viewId"]),
+                    uuid.UUID(first["sessionId"]),
+                    datetime.fromisoformat(first["startedAt"]),
+                )
+        view_id = new_id()
         started = await callers_session(conn, anonymous_id, user_id, device, now)
         session = started.session
         await conn.execute(
             sql.INSERT_VIEW, view_id, session.id, property_object_id, session.user_id, now
         )
+        if idempotency is not None:
+            answer = {
+                "viewId": str(view_id),
+                "sessionId": str(session.id),
+                "startedAt": now.isoformat(),
+            }
+            await idempotency_keys.remember(conn, anonymous_id, idempotency.key, answer)
     return StartedView(view_id, session.id, now)
+
+
+async def _first_answer(
+    conn: Connection, anonymous_id: uuid.UUID, idempotency: Idempotency, now: datetime
+) -> Mapping[str, Any] | None:
+    return await idempotency_keys.first_answer(
+        conn, anonymous_id, idempotency.key, idempotency.request_hash, now
+    )
+
+
+async def count_open_sessions(db: Database) -> int:
+    """Active sessions of people (not bots), one autocommit statement."""
+    async with db.connection() as conn:
+        count: int = await conn.fetchval(sql.COUNT_OPEN_SESSIONS)
+    return count
 
 
 async def end_view(

@@ -112,6 +112,11 @@ class ViewEnded(_Response):
     duration_seconds: int
 
 
+class OpenSessions(_Response):
+    open_sessions: int
+    counted_at: datetime
+
+
 class DeviceLink(_Response):
     anonymous_id: uuid.UUID
     user_id: uuid.UUID | None

@@ -85,7 +85,7 @@ set status = 'Inactive', ended_at = $2, duration = last_activity_at - created_at
 where id = any($1::uuid[])
   and status = 'Active'
   and ($3::timestamptz is null or last_activity_at < $3)
-returning id, anonymous_id, user_id, created_at, last_activity_at, duration
+returning id, anonymous_id, user_id, created_at, last_activity_at, duration, device_type
 """
 
 # INV-LV-007: open views of closed sessions end at the session's last activity, never
@@ -127,6 +127,31 @@ select v.id, v.duration
 from user_activity.property_object_views as v
 join user_activity.sessions as s on s.id = v.session_id
 where v.id = $1 and s.anonymous_id = $2
+"""
+
+# Idempotency-Key (SPEC §8): reserve the device's key, or take over one older than $5 (its
+# 24 hours are over). A key another transaction holds makes this wait for that one to end:
+# committed, this returns no row and the caller reads the first answer; rolled back, this
+# reserves it. So racing repeats record once.
+RESERVE_IDEMPOTENCY_KEY = """
+insert into user_activity.idempotency_keys (anonymous_id, key, request_hash, created_at)
+values ($1, $2, $3, $4)
+on conflict (anonymous_id, key) do update
+set request_hash = excluded.request_hash, created_at = excluded.created_at, response = null
+where idempotency_keys.created_at <= $5
+returning key
+"""
+
+SELECT_IDEMPOTENCY_KEY = """
+select request_hash, response
+from user_activity.idempotency_keys
+where anonymous_id = $1 and key = $2
+"""
+
+REMEMBER_IDEMPOTENT_RESPONSE = """
+update user_activity.idempotency_keys
+set response = $3
+where anonymous_id = $1 and key = $2
 """
 
 # History pages: newest first; the cursor is the (created_at, id) of the last item seen.
@@ -180,6 +205,13 @@ where rank <= $2
 order by session_id, started_at, id
 """
 
+# Sessions open right now, bots left out as dev-stats leaves them out (closing.py); through
+# the partial index of Active sessions.
+COUNT_OPEN_SESSIONS = """
+select count(*) from user_activity.sessions
+where status = 'Active' and device_type <> 'Bot'
+"""
+
 # The device's current link: its latest session.
 SELECT_DEVICE_LINK = """
 select anonymous_id, user_id, linked_at
@@ -228,4 +260,17 @@ delete from user_activity.property_object_views where session_id = any($1::uuid[
 
 DELETE_SESSIONS = """
 delete from user_activity.sessions where id = any($1::uuid[]) and status = 'Inactive'
+"""
+
+# Keys past their 24 hours, a bounded batch at a time; SKIP LOCKED leaves a key a request is
+# taking over.
+DELETE_EXPIRED_IDEMPOTENCY_KEYS = """
+delete from user_activity.idempotency_keys
+where (anonymous_id, key) in (
+    select anonymous_id, key from user_activity.idempotency_keys
+    where created_at <= $1
+    order by created_at
+    limit $2
+    for update skip locked
+)
 """

@@ -27,7 +27,12 @@ from pin_sessions.platform.phone_numbers import E164_PATTERN
 
 # Name → media type of every file the router serves; nothing else under static/ is reachable.
 STATIC_FILES = {
+    # The tracker as clients/js builds it (an ES module and a script-tag build, with source
+    # maps); tests/web/test_packaging.py proves these are the build of clients/js/src.
     "pin-tracker.js": "text/javascript; charset=utf-8",
+    "pin-tracker.js.map": "application/json",
+    "pin-tracker.iife.js": "text/javascript; charset=utf-8",
+    "pin-tracker.iife.js.map": "application/json",
     "sign-in.js": "text/javascript; charset=utf-8",
     "dev-stats.js": "text/javascript; charset=utf-8",
     "charts.js": "text/javascript; charset=utf-8",

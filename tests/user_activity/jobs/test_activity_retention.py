@@ -164,6 +164,7 @@ async def test_an_empty_table_is_a_no_op_success(
         "sessionsDeleted": 0,
         "actionEventsDeleted": 0,
         "propertyObjectViewsDeleted": 0,
+        "idempotencyKeysDeleted": 0,
         "durationMs": result.duration_ms,
     }
     assert registry.get_sample_value(
@@ -195,3 +196,26 @@ async def test_the_retention_index_holds_inactive_sessions_by_creation(runtime: 
         "(created_at) WHERE ((status)::text = 'Inactive'::text)"
         in indexes["ix_sessions_retention_created_at"]
     )
+
+
+async def test_idempotency_keys_past_their_24_hours_are_deleted_and_newer_ones_kept(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    now = runtime.clock.now()
+    insert = """
+        insert into user_activity.idempotency_keys
+            (anonymous_id, key, request_hash, created_at, response)
+        select gen_random_uuid(), 'k', '\\x00', $1, '{}'::jsonb from generate_series(1, $2)
+    """
+    async with runtime.database.connection() as conn:
+        await conn.execute(insert, now - timedelta(hours=24, seconds=1), 3)
+        await conn.execute(insert, now - timedelta(hours=23), 2)
+
+    result = await retain_once(runtime, registry)
+
+    assert result.succeeded
+    assert result.keys.deleted == 3
+    assert result.to_json()["idempotencyKeysDeleted"] == 3
+    async with runtime.database.connection() as conn:
+        assert await conn.fetchval("select count(*) from user_activity.idempotency_keys") == 2
+    assert registry.get_sample_value(DELETED_TOTAL, {"table": "idempotency_keys"}) == 3

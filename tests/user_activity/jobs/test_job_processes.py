@@ -148,6 +148,7 @@ async def test_activity_retention_once_prints_its_result_as_one_json_object(
         "sessionsDeleted": 3,
         "actionEventsDeleted": 2,
         "propertyObjectViewsDeleted": 3,
+        "idempotencyKeysDeleted": 0,
         "durationMs": result["durationMs"],
     }
 

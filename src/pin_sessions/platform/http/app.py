@@ -8,7 +8,9 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
+from pin_sessions.platform.http.cors import CorsMiddleware
 from pin_sessions.platform.http.dependencies import HttpServices
+from pin_sessions.platform.http.docs import install_offline_docs
 from pin_sessions.platform.http.fast_path import FastPath
 from pin_sessions.platform.http.head import HeadAsGet
 from pin_sessions.platform.http.health import router as health_router
@@ -55,7 +57,7 @@ def create_http_app(
         version="1",
         lifespan=lifespan,
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # install_offline_docs: FastAPI's page would fetch Swagger UI from a CDN
         redoc_url=None,
         # FastAPI's own OpenTelemetry: request spans, but neither its metrics nor its logs
         # (Prometheus and structlog have those), and no span for the quiet paths, which
@@ -73,6 +75,7 @@ def create_http_app(
         setattr(app.state, name, value)
     install_problem_handlers(app)
     install_problem_schema(app)
+    install_offline_docs(app, openapi_url="/openapi.json")
     app.include_router(health_router)
     for router in routers:
         app.include_router(router)
@@ -86,4 +89,10 @@ def create_http_app(
         max_body_bytes=runtime.settings.http.max_body_bytes,
         quiet_paths=quiet,
     )
+    # Outermost, so every answer on a scoped path is labelled for the allowed origin, the
+    # request context's own (413, the last-word 500) included: a browser shows a script an
+    # unlabelled error as a network failure, without its status.
+    origins = runtime.settings.http.cors_origins
+    if origins:
+        app.add_middleware(CorsMiddleware, origins=origins)
     return app

@@ -13,6 +13,10 @@ their ``session_id`` indexes. An Active session is never touched: the status is 
 claim and in the DELETE, and an Inactive session never changes again (INV-SES-006), so it
 gains no new children. The job runner (:mod:`pin_sessions.platform.jobs`) repeats the
 batches, reading ``stop`` and ``max_run_duration`` between them.
+
+A second phase deletes ``Idempotency-Key`` reservations past their 24 hours
+(``user_activity.idempotency``), in batches of the same size: they answer no repeat any more,
+and the table would otherwise keep one row per keyed request forever.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pin_sessions.platform.jobs import PhaseOutcome, command_row_count
 from pin_sessions.settings import ActivityRetentionSettings
 from pin_sessions.user_activity import sql
+from pin_sessions.user_activity.idempotency import KEY_LIFETIME
 
 if TYPE_CHECKING:
     import uuid
@@ -42,6 +47,8 @@ DELETES = (
 )
 
 PHASE = "delete"
+KEYS_PHASE = "delete-idempotency-keys"
+KEYS_TABLE = "idempotency_keys"
 
 
 @dataclass(frozen=True)
@@ -64,24 +71,35 @@ class ActivityRetentionMetrics:
                 registry=registry,
             ),
         )
-        for table, _ in DELETES:
+        for table in (*(table for table, _ in DELETES), KEYS_TABLE):
             metrics.deleted.labels(table=table)
         return metrics
 
 
 @dataclass(kw_only=True)
+class ExpiredKeysOutcome(PhaseOutcome):
+    """The second phase: expired idempotency keys deleted."""
+
+    deleted: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return {"deletedCount": self.deleted}
+
+
+@dataclass(kw_only=True)
 class ActivityRetentionResult(PhaseOutcome):
-    """One run, which is its one phase."""
+    """One run: its sessions phase, with the keys phase alongside."""
 
     job_run_id: uuid.UUID
     deleted: dict[str, int] = field(default_factory=lambda: {table: 0 for table, _ in DELETES})
+    keys: ExpiredKeysOutcome = field(default_factory=lambda: ExpiredKeysOutcome(phase=KEYS_PHASE))
     batches: int = 0
     largest_batch: int = 0
     duration_ms: int = 0
 
     @property
     def succeeded(self) -> bool:
-        return not self.failed
+        return not self.failed and not self.keys.failed
 
     def counts(self) -> dict[str, int]:
         return {"deletedCount": self.deleted["sessions"]}
@@ -92,6 +110,7 @@ class ActivityRetentionResult(PhaseOutcome):
             "sessionsDeleted": self.deleted["sessions"],
             "actionEventsDeleted": self.deleted["action_events"],
             "propertyObjectViewsDeleted": self.deleted["property_object_views"],
+            "idempotencyKeysDeleted": self.keys.deleted,
             "durationMs": self.duration_ms,
         }
 
@@ -111,6 +130,10 @@ class ActivityRetentionJob:
         result = ActivityRetentionResult(phase=PHASE, job_run_id=run.id)
         delete = partial(run.batches, self.options, partial(self._delete_batch, cutoff, result))
         await run.phase(result, delete, errors=self.metrics.errors)
+        expire = partial(
+            run.batches, self.options, partial(self._delete_keys, now - KEY_LIFETIME, result.keys)
+        )
+        await run.phase(result.keys, expire, errors=self.metrics.errors)
         result.duration_ms = run.elapsed_ms()
         return result
 
@@ -125,6 +148,16 @@ class ActivityRetentionJob:
             result.deleted[table] += count
             self.metrics.deleted.labels(table=table).inc(count)
         return len(rows)
+
+    async def _delete_keys(self, cutoff: datetime, outcome: ExpiredKeysOutcome) -> int:
+        async with self.database.connection() as conn:
+            status = await conn.execute(
+                sql.DELETE_EXPIRED_IDEMPOTENCY_KEYS, cutoff, self.options.batch_size
+            )
+        deleted = command_row_count(status)
+        outcome.deleted += deleted
+        self.metrics.deleted.labels(table=KEYS_TABLE).inc(deleted)
+        return deleted
 
 
 async def _delete_claimed(conn: Connection, session_ids: list[uuid.UUID]) -> dict[str, int]:

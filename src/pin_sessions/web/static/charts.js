@@ -31,30 +31,48 @@ function niceCeiling(value) {
   return 10 * magnitude;
 }
 
+/** The width the chart occupies on screen, so its text is drawn at its CSS size on a phone too. */
+function screenWidth(svg, fallback) {
+  const measured = Math.round(svg.getBoundingClientRect().width);
+  return measured > 0 ? measured : fallback;
+}
+
 /**
- * Stacked vertical bars, one per item: `[{label, segments: [{value, className, title}]}]`.
+ * Stacked vertical bars, one per item: `[{label, segments: [{value, className, title}],
+ * marked}]`. Every bar carries its total above it when there is room; the labels of a long
+ * range thin out (and say so by their spacing) rather than overlap; a `marked` item (today)
+ * is outlined and labelled in bold.
  */
-export function stackedBars(svg, items, { width = 640, height = 240, emptyMessage = "No data" } = {}) {
+export function stackedBars(svg, items, { height = 260, emptyMessage = "No data" } = {}) {
+  const width = screenWidth(svg, 640);
   reset(svg, width, height);
   const total = (item) => item.segments.reduce((sum, segment) => sum + segment.value, 0);
   const maximum = Math.max(0, ...items.map(total));
   if (items.length === 0 || maximum === 0) return empty(svg, width, height, emptyMessage);
   svg.dataset.empty = "false";
-  const left = 36, bottom = 28, top = 10;
+  const left = 40, bottom = 34, top = 18;
   const plotHeight = height - bottom - top;
   const ceiling = niceCeiling(maximum);
   const slot = (width - left - 8) / items.length;
-  const barWidth = Math.max(2, Math.min(40, slot * 0.7));
-  svg.append(
-    element("line", { x1: left, y1: top + plotHeight, x2: width - 4, y2: top + plotHeight, class: "axis" }),
-    element("text", { x: left - 6, y: top + 8, "text-anchor": "end" }, String(ceiling)),
-    element("text", { x: left - 6, y: top + plotHeight, "text-anchor": "end" }, "0"),
-  );
-  // Label at most ~10 days so dates never overlap.
-  const labelEvery = Math.ceil(items.length / 10);
+  const barWidth = Math.max(2, Math.min(44, slot * 0.72));
+  const baseline = top + plotHeight;
+  svg.append(element("line", { x1: left, y1: baseline, x2: width - 4, y2: baseline, class: "axis" }));
+  // Counts are whole: a half-way line only where it is a whole number.
+  for (const tick of [0, ceiling / 2, ceiling].filter(Number.isInteger)) {
+    const y = baseline - (tick / ceiling) * plotHeight;
+    if (tick > 0) svg.append(element("line", { x1: left, y1: y, x2: width - 4, y2: y, class: "grid" }));
+    svg.append(element("text", { x: left - 6, y: y + 4, "text-anchor": "end" }, String(tick)));
+  }
+  // A label needs about 44 px; beyond that, every n-th day, always the marked one, and no
+  // other label close enough to collide with it.
+  const labelEvery = Math.max(1, Math.ceil(44 / slot));
+  const markedIndex = items.findIndex((item) => item.marked);
+  const labelled = (index) =>
+    index === markedIndex ||
+    (index % labelEvery === 0 && (markedIndex < 0 || Math.abs(index - markedIndex) >= labelEvery));
   items.forEach((item, index) => {
     const x = left + index * slot + (slot - barWidth) / 2;
-    let y = top + plotHeight;
+    let y = baseline;
     for (const segment of item.segments) {
       if (segment.value <= 0) continue;
       const h = (segment.value / ceiling) * plotHeight;
@@ -63,29 +81,54 @@ export function stackedBars(svg, items, { width = 640, height = 240, emptyMessag
       bar.append(element("title", {}, `${item.label}: ${segment.title} ${segment.value}`));
       svg.append(bar);
     }
-    if (index % labelEvery === 0) {
-      svg.append(element("text", { x: x + barWidth / 2, y: height - 10, "text-anchor": "middle" }, item.label));
+    const sum = total(item);
+    if (item.marked) {
+      svg.append(element("rect", { x: x - 2, y: top - 2, width: barWidth + 4, height: plotHeight + 2, class: "marked" }));
+    }
+    if (sum > 0 && slot >= 18) {
+      svg.append(element("text", { x: x + barWidth / 2, y: y - 4, "text-anchor": "middle", class: "value" }, String(sum)));
+    }
+    if (labelled(index)) {
+      // The last label of a crowded axis ends at its bar, so the chart's edge never cuts it.
+      const atEnd = labelEvery > 1 && index === items.length - 1;
+      const label = element(
+        "text",
+        { x: atEnd ? x + barWidth : x + barWidth / 2, y: height - 14, "text-anchor": atEnd ? "end" : "middle" },
+        item.label,
+      );
+      if (item.marked) label.classList.add("marked");
+      svg.append(label);
     }
   });
 }
 
-/** Horizontal bars with their values: `[{label, value, text, className}]`. */
-export function horizontalBars(svg, items, { width = 420, emptyMessage = "No data" } = {}) {
-  const rowHeight = 34;
-  const height = Math.max(60, items.length * rowHeight + 12);
+/**
+ * Vertical bars over ordered ranges (a histogram): `[{label, value}]`, the count above each
+ * bar and every range labelled under it.
+ */
+export function histogram(svg, bins, { height = 240, emptyMessage = "No data" } = {}) {
+  const width = screenWidth(svg, 420);
   reset(svg, width, height);
-  const maximum = Math.max(0, ...items.map((item) => item.value));
-  if (items.length === 0 || maximum === 0) return empty(svg, width, height, emptyMessage);
+  const maximum = Math.max(0, ...bins.map((bin) => bin.value));
+  if (bins.length === 0 || maximum === 0) return empty(svg, width, height, emptyMessage);
   svg.dataset.empty = "false";
-  const left = 70, right = 70;
-  items.forEach((item, index) => {
-    const y = 8 + index * rowHeight;
-    const barWidth = Math.max(2, (item.value / maximum) * (width - left - right));
-    svg.append(
-      element("text", { x: left - 8, y: y + 16, "text-anchor": "end" }, item.label),
-      element("rect", { x: left, y, width: barWidth, height: 22, rx: 3, class: `bar ${item.className}` }),
-      element("text", { x: left + barWidth + 6, y: y + 16, class: "value" }, item.text),
-    );
+  const bottom = 40, top = 18, side = 6;
+  const plotHeight = height - bottom - top;
+  const slot = (width - 2 * side) / bins.length;
+  const baseline = top + plotHeight;
+  svg.append(element("line", { x1: side, y1: baseline, x2: width - side, y2: baseline, class: "axis" }));
+  bins.forEach((bin, index) => {
+    const x = side + index * slot;
+    const centre = x + slot / 2;
+    if (bin.value > 0) {
+      const h = Math.max(1, (bin.value / maximum) * plotHeight);
+      const bar = element("rect", { x: x + 1, y: baseline - h, width: Math.max(1, slot - 2), height: h, class: "bar duration" });
+      bar.append(element("title", {}, `${bin.label}: ${bin.value} sessions`));
+      svg.append(bar, element("text", { x: centre, y: baseline - h - 4, "text-anchor": "middle", class: "value" }, String(bin.value)));
+    }
+    // Labels alternate between two rows when the ranges are narrow.
+    const row = slot < 52 && index % 2 === 1 ? 14 : 0;
+    svg.append(element("text", { x: centre, y: baseline + 14 + row, "text-anchor": "middle" }, bin.label));
   });
 }
 

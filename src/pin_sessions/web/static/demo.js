@@ -36,6 +36,9 @@ function showState() {
   $("heartbeats").textContent = String(stats.heartbeats);
   $("pending").textContent = String(stats.pending);
   $("network").textContent = navigator.onLine ? "online" : "offline";
+  $("tracking").textContent = tracker.status;
+  $("opt-out").hidden = tracker.status === "opted-out";
+  $("opt-in").hidden = tracker.status !== "opted-out";
   const signedIn = sessionStorage.getItem(TOKENS_KEY) !== null;
   $("sign-in-forms").hidden = signedIn;
   $("sign-out").hidden = !signedIn;
@@ -101,6 +104,9 @@ async function signOut() {
 
 mountDemoSignIn();
 $("sign-out").addEventListener("click", signOut);
+$("opt-out").addEventListener("click", () => tracker.optOut());
+$("opt-in").addEventListener("click", () => tracker.optIn());
+$("forget").addEventListener("click", () => tracker.forget());
 renderProperties();
 showState();
 tracker.start().then(showState);

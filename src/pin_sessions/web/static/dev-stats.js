@@ -1,17 +1,26 @@
-// The dev-stats dashboard: signs a developer in, reads the summary, draws three charts.
-import { donut, formatDuration, horizontalBars, stackedBars } from "/static/charts.js";
+// The dev-stats dashboard: signs a developer in, reads the summary and the open sessions,
+// draws three charts and offers the range as CSV. Days are UTC days, as the API counts them.
+import { donut, formatDuration, histogram, stackedBars } from "/static/charts.js";
 import { ApiError, logout, mountSignIn, refreshTokens, requestJson } from "/static/sign-in.js";
 
 const TOKENS_KEY = "pin.devStats.tokens";
 // The number "Sign in as developer" uses when none is typed.
 const DEVELOPER_PHONE = "+15550100100";
 const DAY_MS = 24 * 60 * 60 * 1000;
+// Ranges people think in; each of the summary's fine buckets falls in the range holding its
+// last second, so a session of exactly 10 min counts as "10 min" (a bucket is at most 1/65 of
+// its duration wide, so a range's edge blurs by that little).
+const DURATION_BINS = [
+  [0, "<10 s"], [10, "10 s"], [30, "30 s"], [60, "1 min"], [120, "2 min"], [300, "5 min"],
+  [600, "10 min"], [900, "15 min"], [1800, "30 min"], [3600, "1 h"], [7200, "≥2 h"],
+];
 const params = new URLSearchParams(location.search);
 // New sessions reach the summary as they close, so the page re-reads it now and then.
 const RELOAD_MS = Number(params.get("reloadMs") ?? 15_000);
 
 const $ = (id) => document.getElementById(id);
 let reloadTimer = null;
+let shown = null; // the summary on screen, for the CSV export and redraws
 
 function say(message, { error = false } = {}) {
   $("status").textContent = message;
@@ -51,9 +60,13 @@ function daysOf(from, to) {
 async function fetchSummary(tokens) {
   // Whole UTC days, both ends included.
   const query = new URLSearchParams({ from: $("from").value, to: $("to").value });
-  return requestJson(`/api/dev-stats/sessions/summary?${query}`, {
-    headers: { Authorization: `Bearer ${tokens.accessToken}` },
-  });
+  const headers = { Authorization: `Bearer ${tokens.accessToken}` };
+  const [summary, open] = await Promise.all([
+    requestJson(`/api/dev-stats/sessions/summary?${query}`, { headers }),
+    // Live sessions are user-activity's to count: dev-stats hears of a session when it ends.
+    requestJson("/api/user-activity/sessions/open-count", { headers }),
+  ]);
+  return { ...summary, openSessions: open.openSessions };
 }
 
 async function load() {
@@ -100,6 +113,8 @@ function render(summary) {
   $("sign-in-panel").hidden = true;
   $("range-panel").hidden = false;
   $("dashboard").hidden = false;
+  shown = summary;
+  $("n-open").textContent = summary.openSessions;
   $("n-sessions").textContent = summary.sessions;
   $("n-guest").textContent = summary.guestSessions;
   $("n-user").textContent = summary.userSessions;
@@ -107,9 +122,10 @@ function render(summary) {
   $("n-p50").textContent = formatDuration(summary.p50DurationSeconds);
   $("n-p90").textContent = formatDuration(summary.p90DurationSeconds);
 
+  const today = isoDay(new Date());
+  $("utc-today").textContent = today;
   const byDay = new Map((summary.byDay ?? []).map((row) => [dayOf(row), row]));
-  const days = daysOf($("from").value, $("to").value);
-  const rows = days.length ? days : [...byDay.keys()].sort();
+  const rows = rangeDays();
   stackedBars(
     $("chart-per-day"),
     rows.map((day) => {
@@ -119,7 +135,8 @@ function render(summary) {
       // A summary without the split still shows the day's total.
       const rest = Math.max(0, (row.sessions ?? guest + user) - guest - user);
       return {
-        label: day.slice(5),
+        label: day === today ? "today" : day.slice(5),
+        marked: day === today,
         segments: [
           { value: guest, className: "guest", title: "guest" },
           { value: user, className: "user", title: "signed in" },
@@ -129,20 +146,9 @@ function render(summary) {
     }),
     { emptyMessage: "No closed sessions in this range" },
   );
-  horizontalBars(
-    $("chart-durations"),
-    summary.sessions > 0
-      ? [
-          { label: "p50", value: summary.p50DurationSeconds ?? 0, className: "p50" },
-          { label: "average", value: summary.avgDurationSeconds ?? 0, className: "avg" },
-          { label: "p90", value: summary.p90DurationSeconds ?? 0, className: "p90" },
-        ].map((item) => ({ ...item, text: formatDuration(item.value) }))
-      : [],
-    {
-      emptyMessage:
-        summary.sessions > 0 ? "Every session lasted under a second" : "No durations yet",
-    },
-  );
+  histogram($("chart-durations"), durationBins(summary.durationHistogram ?? []), {
+    emptyMessage: "No durations yet",
+  });
   donut(
     $("chart-guest-user"),
     [
@@ -151,6 +157,37 @@ function render(summary) {
     ],
     { emptyMessage: "No sessions yet" },
   );
+}
+
+function rangeDays() {
+  const days = daysOf($("from").value, $("to").value);
+  return days.length ? days : (shown?.byDay ?? []).map(dayOf).sort();
+}
+
+function durationBins(buckets) {
+  const bins = DURATION_BINS.map(([from, label]) => ({ from, label, value: 0 }));
+  for (const bucket of buckets) {
+    const bin = bins.findLast((candidate) => candidate.from <= bucket.toSeconds);
+    bin.value += bucket.sessions;
+  }
+  return bins;
+}
+
+/** The range as CSV: one row per UTC day, quiet days included. */
+function exportCsv() {
+  if (!shown) return;
+  const byDay = new Map((shown.byDay ?? []).map((row) => [dayOf(row), row]));
+  const lines = ["date_utc,sessions,guest_sessions,user_sessions,avg_duration_seconds"];
+  for (const day of rangeDays()) {
+    const row = byDay.get(day) ?? {};
+    const average = row.avgDurationSeconds == null ? "" : row.avgDurationSeconds.toFixed(1);
+    lines.push([day, row.sessions ?? 0, row.guestSessions ?? 0, row.userSessions ?? 0, average].join(","));
+  }
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(new Blob([`${lines.join("\n")}\n`], { type: "text/csv" }));
+  link.download = `sessions-${$("from").value}-to-${$("to").value}.csv`;
+  link.click();
+  setTimeout(() => URL.revokeObjectURL(link.href), 0);
 }
 
 function dayOf(row) {
@@ -186,5 +223,12 @@ $("range-form").addEventListener("submit", (event) => {
   load();
 });
 $("sign-out").addEventListener("click", signOut);
+$("export-csv").addEventListener("click", exportCsv);
+// Charts are drawn at the size they take on screen: redraw when that changes (a phone turned).
+let resizeTimer = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => shown && render(shown), 150);
+});
 defaultRange();
 load();

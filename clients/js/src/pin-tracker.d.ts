@@ -1,4 +1,5 @@
-// Type declarations for pin-tracker.js.
+// Type declarations for the tracker (dist/pin-tracker.js; the script-tag build exposes the
+// same names on the global `PinTracker`).
 
 export interface TrackerOptions {
   /** Origin of the PIN Sessions API; "" (the default) means the page's own origin. */
@@ -7,22 +8,30 @@ export interface TrackerOptions {
   heartbeatIntervalMs?: number;
   /** A user counts as active this long after their last interaction. Default 60 000. */
   interactionWindowMs?: number;
-  /** First retry delay of the offline queue; doubles per failure. Default 1 000. */
+  /** First retry delay of the queue; doubles per failure, with jitter. Default 1 000. */
   retryBaseMs?: number;
   /** Upper bound of the retry delay. Default 60 000. */
   retryMaxMs?: number;
-  /** Items kept while offline; when full, the oldest action or view is dropped. Default 100. */
+  /** Tries per item on network errors, 408, 425, 429 and 5xx before it is dropped. Default 10. */
+  maxAttempts?: number;
+  /** Items kept (in memory and in storage); when full, the oldest action or view is dropped. Default 100. */
   maxQueueSize?: number;
-  /** Start the session at construction. Default true. */
+  /** Start the session at construction, when allowed. Default true. */
   autoStart?: boolean;
+  /** Send and store nothing until `consent(true)` (or `optIn()`). Default false. */
+  requireConsent?: boolean;
+  /** Send and store nothing when the browser says Do-Not-Track or Global Privacy Control,
+   * unless the visitor consents explicitly. Default true. */
+  respectDoNotTrack?: boolean;
   /** Injectable for tests and non-browser hosts. */
   fetch?: typeof fetch;
   now?: () => number;
   random?: () => number;
   window?: Window;
   document?: Document;
-  /** Where the AnonymousId lives; null forces the cookie fallback. Default localStorage. */
-  storage?: Storage | null;
+  /** Where the AnonymousId, consent and queue live; null keeps the queue in memory and the id
+   * in a cookie. Default localStorage. */
+  storage?: Pick<Storage, "getItem" | "setItem" | "removeItem"> & Partial<Pick<Storage, "key" | "length">> | null;
   /** Consistent cross-tab copy of the AnonymousId; null disables it. Default window.indexedDB. */
   indexedDB?: IDBFactory | null;
 }
@@ -70,9 +79,12 @@ export interface TrackerStats {
   pending: number;
 }
 
+export type TrackerStatus = "tracking" | "stopped" | "opted-out" | "no-consent" | "do-not-track";
+
 /**
  * Every method that sends something resolves once the API accepted it, or with null
- * when the item was dropped (queue full, or refused by the API); it never rejects.
+ * when the item was dropped (queue full, refused by the API, out of attempts, or tracking
+ * not allowed); it never rejects, and no method throws.
  */
 export declare class Tracker {
   constructor(options?: TrackerOptions);
@@ -80,6 +92,7 @@ export declare class Tracker {
   readonly sessionId: string | null;
   readonly userId: string | null;
   readonly pending: number;
+  readonly status: TrackerStatus;
   readonly stats: TrackerStats;
   start(): Promise<SessionStarted | null>;
   track(
@@ -91,6 +104,12 @@ export declare class Tracker {
   viewEnd(): Promise<ViewEnded | null>;
   link(accessToken: string): Promise<SessionLinked | null>;
   reset(): Promise<SessionStarted | null>;
+  /** Record the visitor's choice; `false` also forgets the device. */
+  consent(granted: boolean): void;
+  optOut(): void;
+  optIn(): void;
+  /** Stop and remove every stored id and queued item. */
+  forget(): void;
   flush(): Promise<void>;
   stop(): void;
 }

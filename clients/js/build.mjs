@@ -1,0 +1,55 @@
+// Builds the tracker with esbuild: an ES module and a script-tag (IIFE, global `PinTracker`)
+// build, minified, with source maps, into dist/ with the type declarations.
+//
+//   node build.mjs            dist/ (what `npm pack` ships)
+//   node build.mjs --service  dist/ and the copies the service serves from its package data
+//   node build.mjs --check    fails when the service's copies are not this source's build
+import { build } from "esbuild";
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
+
+const SERVICE_STATIC = "../../src/pin_sessions/web/static";
+const BUILDS = [
+  { format: "esm", outfile: "dist/pin-tracker.js" },
+  { format: "iife", globalName: "PinTracker", outfile: "dist/pin-tracker.iife.js" },
+];
+
+async function outputs() {
+  const files = [];
+  for (const options of BUILDS) {
+    const result = await build({
+      entryPoints: ["src/pin-tracker.js"],
+      bundle: true,
+      minify: true,
+      sourcemap: true,
+      target: "es2022",
+      legalComments: "none",
+      logLevel: "warning",
+      write: false,
+      ...options,
+    });
+    files.push(...result.outputFiles);
+  }
+  return files;
+}
+
+const files = await outputs();
+const mode = process.argv[2];
+if (mode === "--check") {
+  const stale = files.filter((file) => {
+    try {
+      return !readFileSync(join(SERVICE_STATIC, basename(file.path))).equals(Buffer.from(file.contents));
+    } catch {
+      return true;
+    }
+  });
+  for (const file of stale) console.error(`stale: ${join(SERVICE_STATIC, basename(file.path))}`);
+  if (stale.length) console.error("run `npm run build:service` in clients/js");
+  process.exit(stale.length ? 1 : 0);
+}
+mkdirSync("dist", { recursive: true });
+for (const file of files) {
+  writeFileSync(file.path, file.contents);
+  if (mode === "--service") writeFileSync(join(SERVICE_STATIC, basename(file.path)), file.contents);
+}
+copyFileSync("src/pin-tracker.d.ts", "dist/pin-tracker.d.ts");

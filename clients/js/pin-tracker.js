@@ -1,1 +1,0 @@
-../../src/pin_sessions/web/static/pin-tracker.js
