@@ -243,7 +243,7 @@ def wrk(
     command = [
         "wrk", "-t", str(args.threads), "-c", str(args.connections), "-d", f"{whole_seconds}s",
         "--timeout", "10s", "-s", str(LUA_SCRIPT), f"http://127.0.0.1:{port}",
-        "--", str(sessions), str(rate),
+        "--", str(sessions), str(rate), str(args.threads),
     ]  # fmt: skip
     env = {**os.environ, "PIN_BENCH_PACED": "1" if rate else "0"}
     # One worker: its /metrics is the whole server's (with more, each has its own).
