@@ -1,6 +1,6 @@
 -- wrk script for bench/heartbeat.py: heartbeats of random seeded devices.
 --
---   wrk -s bench/heartbeat.lua URL -- SESSIONS [RATE]
+--   wrk -t THREADS -s bench/heartbeat.lua URL -- SESSIONS [RATE THREADS]
 --
 -- Device i (1..SESSIONS) has the AnonymousId 00000000-0000-4000-8000-<i as 12 hex digits>,
 -- as bench/heartbeat.py seeds them. Without RATE, wrk's closed loop: each connection sends
@@ -39,11 +39,10 @@ function init(args)
   rate = tonumber(args[2] or "0")
   math.randomseed(now_us() + (id or 0))
   if rate > 0 then
-    -- Each thread paces its share of the rate.
-    interval_us = 1e6 * #threads / rate
-    if interval_us ~= interval_us or interval_us <= 0 then
-      interval_us = 1e6 / rate
-    end
+    -- Each thread paces its share of the rate. The thread count comes as an argument:
+    -- `threads` is filled by setup() in wrk's main Lua state, and each thread's state,
+    -- where init() runs, has its own, empty one.
+    interval_us = 1e6 * tonumber(args[3] or "1") / rate
   end
 end
 

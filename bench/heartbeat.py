@@ -13,13 +13,16 @@ heartbeat's single conditional ``UPDATE`` per request through asyncpg, under the
 uvicorn with as many worker processes (``--workers``). Drives each with wrk's closed loop
 (``--threads``, ``--connections``, ``--duration`` seconds), alternating A B A B for
 ``--rounds`` rounds so a noisy neighbour hits both. Then, at each table size of
-``--sweep``, the API's closed loop again and a fixed ``--rate`` per second, paced by the wrk
-script, latency counted from each request's scheduled time.
+``--sweep``, ``--rounds`` rounds of the API's closed loop and of a fixed ``--rate`` per
+second (paced by the wrk script, latency counted from each request's scheduled time),
+alternating, reported as medians. The sweep grows one table, so a size is measured after
+the smaller ones on the same database.
 
 Besides requests per second it reports CPU per heartbeat — the server's processes' and
 PostgreSQL's (user + system time over the run, from psutil), so a gain that only moves
-work into the database shows — and, with one worker, the heartbeat batches of the run
-(``user_activity_heartbeat_batch_size`` from the API's /metrics). Prints one JSON object.
+work into the database shows — the write-ahead log written per request, and, with one
+worker, the heartbeat batches of the run (``user_activity_heartbeat_batch_size`` from the
+API's /metrics). Prints one JSON object.
 
 PostgreSQL: ``PIN_DATABASE_URL`` when set (its PostgreSQL processes must run on this
 machine for the CPU figures), else an embedded server in a temporary directory.
@@ -35,6 +38,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,6 +78,8 @@ set last_activity_at = greatest(last_activity_at, $2)
 where anonymous_id = $1 and status = 'Active'
 returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
 """
+
+WAL_POSITION = "select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
 
 WRK_MISSING = (
     "bench/heartbeat.py drives its load with wrk, a native HTTP load generator, so that the "
@@ -183,6 +189,21 @@ def _postgres_processes() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres"]
 
 
+def _wal_position() -> int:
+    """The server's write-ahead log position in bytes: what a run wrote, for the capacity
+    model (a heartbeat's UPDATE is not HOT, so it writes a new row and index entries)."""
+
+    async def read() -> int:
+        conn = await asyncpg.connect(_DSN[0])
+        try:
+            position: int = await conn.fetchval(WAL_POSITION)
+            return position
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
+
+
 def _batch_histogram(port: int) -> dict[str, float]:
     """The API's heartbeat batch-size histogram (cumulative, by upper bound), from /metrics."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
@@ -222,7 +243,7 @@ def wrk(
     command = [
         "wrk", "-t", str(args.threads), "-c", str(args.connections), "-d", f"{whole_seconds}s",
         "--timeout", "10s", "-s", str(LUA_SCRIPT), f"http://127.0.0.1:{port}",
-        "--", str(sessions), str(rate),
+        "--", str(sessions), str(rate), str(args.threads),
     ]  # fmt: skip
     env = {**os.environ, "PIN_BENCH_PACED": "1" if rate else "0"}
     # One worker: its /metrics is the whole server's (with more, each has its own).
@@ -230,14 +251,17 @@ def wrk(
     histogram = _batch_histogram(port) if batches else {}
     server, postgres = _tree(_SERVER_PIDS[port]), _postgres_processes()
     cpu_before = (_cpu_seconds(server), _cpu_seconds(postgres))
+    wal_before = _wal_position()
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     cpu_after = (_cpu_seconds(server), _cpu_seconds(postgres))
+    wal_bytes = _wal_position() - wal_before
     if result.returncode != 0:
         raise RuntimeError(f"wrk failed: {result.stderr[-2000:]}")
     measured: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     ok = max(measured["requests"] - measured["failed"], 1)
     measured["serverCpuUsPerRequest"] = round((cpu_after[0] - cpu_before[0]) / ok * 1e6, 1)
     measured["postgresCpuUsPerRequest"] = round((cpu_after[1] - cpu_before[1]) / ok * 1e6, 1)
+    measured["walBytesPerRequest"] = round(wal_bytes / ok)
     if batches:
         measured["batches"] = _batches(histogram, _batch_histogram(port))
     for key in ("requestsPerSecond", "p50Ms", "p99Ms", "scheduledP50Ms", "scheduledP99Ms"):
@@ -249,6 +273,7 @@ def wrk(
 _SERVER_PIDS: dict[int, int] = {}
 _API_PORTS: set[int] = set()
 _POSTMASTER: list[int] = []
+_DSN: list[str] = []
 
 
 # --- orchestration ---------------------------------------------------------------------
@@ -376,6 +401,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     seeded = 0
     with _database() as dsn:
+        _DSN.append(dsn)
         asyncio.run(_grow(dsn, seeded, sizes[0]))
         seeded = sizes[0]
         with _servers(dsn, args.workers) as (api_port, baseline_port):
@@ -384,11 +410,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             report.update(_compare(api_port, baseline_port, args, seeded))
             report["sweep"] = []
             for size in sizes:
+                grown = 0.0
                 if size > seeded:
+                    started = time.perf_counter()
                     asyncio.run(_grow(dsn, seeded, size))
+                    grown = round(time.perf_counter() - started, 1)
                     seeded = size
                     wrk(api_port, args=args, sessions=seeded, seconds=WARMUP_SECONDS)
-                report["sweep"].append(_at_size(api_port, args, seeded))
+                at_size = _at_size(api_port, args, seeded)
+                report["sweep"].append(at_size | {"seedSeconds": grown})
     return report
 
 
@@ -411,13 +441,42 @@ def _compare(
 
 
 def _at_size(api_port: int, args: argparse.Namespace, sessions: int) -> dict[str, Any]:
-    closed = wrk(api_port, args=args, sessions=sessions, seconds=args.duration)
-    paced = wrk(api_port, args=args, sessions=sessions, seconds=args.duration, rate=args.rate)
+    """The API at one table size: ``--rounds`` closed loops (medians), then the fixed rate.
+
+    Closed loops and paced runs alternate, so a neighbour's burst does not fall on one kind
+    only; each size is judged by its medians, one noisy round moving them little.
+    """
+    closed, paced = [], []
+    for _ in range(args.rounds):
+        closed.append(wrk(api_port, args=args, sessions=sessions, seconds=args.duration))
+        paced.append(
+            wrk(api_port, args=args, sessions=sessions, seconds=args.duration, rate=args.rate)
+        )
     return {
         "sessions": sessions,
-        "closedLoop": closed,
-        "fixedRate": {"targetPerSecond": args.rate, **paced},
+        "closedLoop": _medians(closed),
+        "fixedRate": {"targetPerSecond": args.rate, **_medians(paced)},
     }
+
+
+def _medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each figure over the rounds, and each round's throughput and p99."""
+    figures = (
+        "requestsPerSecond", "p50Ms", "p99Ms", "scheduledP50Ms", "scheduledP99Ms",
+        "serverCpuUsPerRequest", "postgresCpuUsPerRequest", "walBytesPerRequest",
+    )  # fmt: skip
+    report: dict[str, Any] = {
+        "requests": sum(one["requests"] for one in rounds),
+        "failed": sum(one["failed"] for one in rounds),
+    }
+    for key in figures:
+        if key in rounds[0]:
+            report[key] = round(statistics.median(one[key] for one in rounds), 2)
+    report["roundsPerSecond"] = [one["requestsPerSecond"] for one in rounds]
+    report["roundsP99Ms"] = [one.get("scheduledP99Ms", one["p99Ms"]) for one in rounds]
+    if rounds[0].get("batches"):
+        report["batches"] = rounds[len(rounds) // 2]["batches"]
+    return report
 
 
 def _combined(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -435,6 +494,7 @@ def _combined(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "postgresCpuUsPerRequest": round(
             sum(one["postgresCpuUsPerRequest"] for one in rounds) / count, 1
         ),
+        "walBytesPerRequest": round(sum(one["walBytesPerRequest"] for one in rounds) / count),
         "roundsPerSecond": [round(one["requestsPerSecond"], 1) for one in rounds],
     }
 

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import math
 import uuid
+from dataclasses import replace
+from datetime import datetime
 
 import pytest
 
-from pin_sessions.platform.outbox import IntegrationEvent, append
+from pin_sessions.platform.outbox import IntegrationEvent, append, append_all
 from pin_sessions.platform.runtime import Runtime
 from tests.conftest import T0
 
@@ -49,6 +52,50 @@ async def test_a_rolled_back_transaction_leaves_no_event(runtime: Runtime) -> No
 
     with pytest.raises(Abort):
         await append_then_fail()
+    async with runtime.database.connection() as conn:
+        assert await conn.fetchval("select count(*) from messaging.outbox") == 0
+
+
+async def test_many_events_are_stored_in_order_each_with_its_own_metadata_and_payload(
+    runtime: Runtime,
+) -> None:
+    # One statement writes them all: each row must get its own event's fields, in the
+    # caller's order (position), whatever their topics.
+    events = [
+        IntegrationEvent.on_topic(
+            f"pin.test.things-{n % 3}.v{n % 2 + 1}",
+            aggregate_type=f"Thing{n % 2}",
+            aggregate_id=uuid.uuid4(),
+            payload={"N": n, "Name": f"thing {n}", "At": T0, "Nested": {"List": [n, None]}},
+        )
+        for n in range(7)
+    ]
+    async with runtime.database.transaction() as conn:
+        await append_all(conn, events, now=T0)
+    async with runtime.database.connection() as conn:
+        rows = await conn.fetch("select * from messaging.outbox order by position")
+    columns = ("message_id", "topic", "event_type", "version", "aggregate_type", "aggregate_id")
+    assert [[row[column] for column in columns] for row in rows] == [
+        [e.message_id, e.topic, e.event_type, e.version, e.aggregate_type, str(e.aggregate_id)]
+        for e in events
+    ]
+    assert [row["payload"] for row in rows] == [
+        {**event.payload, "At": T0.isoformat()} for event in events
+    ]
+    assert {row["created_at"] for row in rows} == {T0}
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(datetime(2026, 11, 29, 12, 0), ValueError), (math.nan, ValueError), (object(), TypeError)],
+    ids=["naive timestamp", "NaN", "no JSON form"],
+)
+async def test_a_payload_value_without_a_json_form_writes_no_event_of_the_call(
+    runtime: Runtime, value: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        async with runtime.database.transaction() as conn:
+            await append_all(conn, [_event(), replace(_event(), payload={"Bad": value})], now=T0)
     async with runtime.database.connection() as conn:
         assert await conn.fetchval("select count(*) from messaging.outbox") == 0
 
