@@ -126,12 +126,22 @@ def api_database(settings: Settings, dsn: str) -> Database:
             statement_timeout=options.statement_timeout, acquire_timeout=options.acquire_timeout
         ),
         reset_sessions=False,
+        connect_timeout=options.connect_timeout,
     )
 
 
-def worker_database(dsn: str, *, max_size: int) -> Database:
-    """A pool for jobs, delivery and one-shot commands: they keep their own budgets (SPEC §9)."""
-    return Database(dsn, max_size=max_size)
+def worker_database(settings: Settings, dsn: str, *, max_size: int | None = None) -> Database:
+    """A pool for jobs, delivery and one-shot commands: they keep their own budgets (SPEC §9).
+
+    ``PIN_DATABASE__WORKER_POOL_MAX`` connections unless the command knows better (a
+    one-shot command needs one; ``up``'s worker roles share one larger pool).
+    """
+    options = settings.database
+    return Database(
+        dsn,
+        max_size=options.worker_pool_max if max_size is None else max_size,
+        connect_timeout=options.connect_timeout,
+    )
 
 
 def build_token_codec(runtime: Runtime) -> TokenCodec:
@@ -178,8 +188,12 @@ def build_http_services(runtime: Runtime) -> HttpServices:
     )
 
 
-def build_api(runtime: Runtime) -> FastAPI:
-    """The HTTP API with the routes of every context."""
+def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None) -> FastAPI:
+    """The HTTP API with the routes of every context.
+
+    ``/metrics`` shows the runtime's registry, or ``metrics_view`` when the process is one
+    of several whose metrics are merged (``serve --workers N``).
+    """
     routers = [
         user_activity_http.router,
         user_activity_internal_http.router,
@@ -191,6 +205,8 @@ def build_api(runtime: Runtime) -> FastAPI:
         "identity": build_identity_operations(runtime),
         "heartbeats": Heartbeats(runtime.database, runtime.registry),
     }
+    if metrics_view is not None:
+        state["registry"] = metrics_view
     dev_codes = build_dev_codes(runtime)
     if dev_codes is not None:
         # Development codes, and the dashboard's grant of dev-stats.view: never in prod.
@@ -266,7 +282,9 @@ def build_consumer(runtime: Runtime, name: str, metrics: MessagingMetrics) -> Ro
     runner = ConsumerRunner(handler, runtime.database, runtime.clock, metrics)
     bootstrap_servers = runtime.settings.kafka_bootstrap_servers
     if bootstrap_servers:
-        return KafkaConsumer(runner, bootstrap_servers, metrics)
+        return KafkaConsumer(
+            runner, bootstrap_servers, metrics, options=runtime.settings.kafka.librdkafka_options()
+        )
     return PostgresBusConsumer(
         runner, runtime.database, runtime.clock, metrics, all_consumers=sorted(CONSUMERS)
     )
@@ -276,7 +294,13 @@ def build_relay(runtime: Runtime, metrics: MessagingMetrics) -> OutboxRelay:
     bootstrap_servers = runtime.settings.kafka_bootstrap_servers
     if not bootstrap_servers:
         raise ValueError("the relay needs PIN_KAFKA_BOOTSTRAP_SERVERS")
-    return OutboxRelay(runtime.database, runtime.clock, metrics, bootstrap_servers)
+    return OutboxRelay(
+        runtime.database,
+        runtime.clock,
+        metrics,
+        bootstrap_servers,
+        options=runtime.settings.kafka.librdkafka_options(),
+    )
 
 
 def build_delivery_roles(runtime: Runtime) -> list[Role]:

@@ -18,7 +18,7 @@ from datetime import timedelta
 from enum import StrEnum
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import pydantic_settings
@@ -145,6 +145,12 @@ class DatabaseSettings(_Group):
     statement_timeout: PositiveDuration = timedelta(seconds=5)
     acquire_timeout: PositiveDuration = timedelta(seconds=2)
     pool_max: Annotated[int, Field(gt=0)] = 10
+    # The pool of a job, relay or consumer process (each uses one or two connections at a
+    # time; `up`'s workers share one pool of twice this).
+    worker_pool_max: Annotated[int, Field(gt=0)] = 4
+    # How long opening a connection may take, for every pool: a host that drops packets
+    # would otherwise hold a new connection for asyncpg's 60 s.
+    connect_timeout: PositiveDuration = timedelta(seconds=10)
 
 
 _ORIGIN = re.compile(r"^https?://[^/?#\s]+$")
@@ -177,6 +183,89 @@ class HttpSettings(_Group):
     # SPEC §8: the browser origins allowed to call /api/** and /.well-known/**; empty is
     # same origin only.
     cors_origins: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_origin_list)] = ()
+    # After SIGTERM the API keeps serving this long, /readyz already 503, so a load
+    # balancer stops sending before the listener closes (0: close at once).
+    shutdown_delay: Annotated[Duration, AfterValidator(_not_negative)] = timedelta(0)
+    # Then requests in flight get this long to finish before their connections are cut.
+    shutdown_timeout: PositiveDuration = timedelta(seconds=3)
+
+
+class KafkaSettings(_Group):
+    """``PIN_KAFKA__*``: how the relay and the consumers reach a managed broker (TLS, SASL).
+
+    The broker list itself is ``PIN_KAFKA_BOOTSTRAP_SERVERS`` (SPEC §2). Each value maps to
+    the librdkafka property of the same name (``security.protocol``, ``sasl.mechanism``, ...).
+    """
+
+    security_protocol: Literal["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"] = "plaintext"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    # PEM files; unset, TLS trusts the system's certificate authorities.
+    ssl_ca_location: Path | None = None
+    ssl_certificate_location: Path | None = None
+    ssl_key_location: Path | None = None
+    ssl_key_password: SecretStr | None = None
+    # Whether the broker's certificate must name the host connected to.
+    ssl_endpoint_identification: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        sasl = self.security_protocol.startswith("sasl_")
+        tls = self.security_protocol.endswith("ssl")
+        if sasl:
+            for name in ("sasl_mechanism", "sasl_username", "sasl_password"):
+                if getattr(self, name) is None:
+                    raise _SettingError(
+                        name,
+                        f"is required when PIN_KAFKA__SECURITY_PROTOCOL={self.security_protocol}",
+                    )
+        else:
+            for name in ("sasl_mechanism", "sasl_username", "sasl_password"):
+                if getattr(self, name) is not None:
+                    raise _SettingError(name, "needs a sasl_* PIN_KAFKA__SECURITY_PROTOCOL")
+        for name in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
+            path: Path | None = getattr(self, name)
+            if path is None:
+                continue
+            if not tls:
+                raise _SettingError(name, "needs an ssl PIN_KAFKA__SECURITY_PROTOCOL")
+            if not path.is_file():
+                raise _SettingError(name, f"names no readable file: {path}")
+        if (self.ssl_certificate_location is None) != (self.ssl_key_location is None):
+            raise _SettingError(
+                "ssl_key_location", "and PIN_KAFKA__SSL_CERTIFICATE_LOCATION go together"
+            )
+        return self
+
+    def librdkafka_options(self) -> dict[str, str]:
+        """The librdkafka properties every client of ours is given besides its own."""
+        options: dict[str, str] = {"security.protocol": self.security_protocol}
+        if self.sasl_mechanism is not None:
+            options["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username is not None:
+            options["sasl.username"] = self.sasl_username
+        if self.sasl_password is not None:
+            options["sasl.password"] = self.sasl_password.get_secret_value()
+        for name in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
+            path = getattr(self, name)
+            if path is not None:
+                options[name.replace("_", ".")] = str(path)
+        if self.ssl_key_password is not None:
+            options["ssl.key.password"] = self.ssl_key_password.get_secret_value()
+        if self.security_protocol.endswith("ssl"):
+            options["ssl.endpoint.identification.algorithm"] = (
+                "https" if self.ssl_endpoint_identification else "none"
+            )
+        return options
+
+
+class LogFormat(StrEnum):
+    """``auto``: readable console lines on a terminal, JSON lines anywhere else."""
+
+    AUTO = "auto"
+    CONSOLE = "console"
+    JSON = "json"
 
 
 IpNetwork = IPv4Network | IPv6Network
@@ -313,6 +402,7 @@ class Settings(BaseSettings):
     dev_codes: bool | None = None
     metrics_port: Annotated[int, Field(ge=0, le=65535)] | None = None
     log_level: str = "info"
+    log_format: LogFormat = LogFormat.AUTO
     # Peers whose X-Forwarded-For is believed; from anyone else it is ignored.
     trusted_proxies: Annotated[tuple[IpNetwork, ...], NoDecode, BeforeValidator(_network_list)] = ()
 
@@ -324,6 +414,7 @@ class Settings(BaseSettings):
     http: HttpSettings = HttpSettings()
     sms: SmsSettings = SmsSettings()
     sign_in: SignInSettings = SignInSettings()
+    kafka: KafkaSettings = KafkaSettings()
 
     @property
     def jwt_secret_is_short(self) -> bool:

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from pin_sessions.bootstrap import build_runtime, database_endpoint
 from pin_sessions.cli import build_parser
-from pin_sessions.cli.messaging import POOL_SIZE, delivery_role, run_role
+from pin_sessions.cli.messaging import delivery_role, run_role
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.logging import configure_logging
 from pin_sessions.platform.messaging import pgbus, relay
@@ -61,7 +61,9 @@ def main(argv: list[str]) -> int:
     settings = load_settings(os.environ)
     configure_logging(settings.log_level)
     with database_endpoint(settings) as dsn:
-        runtime = build_runtime(settings, dsn, database=PausingDatabase(dsn, max_size=POOL_SIZE))
+        runtime = build_runtime(
+            settings, dsn, database=PausingDatabase(dsn, max_size=settings.database.worker_pool_max)
+        )
         asyncio.run(run_role(runtime, delivery_role(runtime, args)))
     return 0
 

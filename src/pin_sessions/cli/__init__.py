@@ -13,10 +13,23 @@ from collections.abc import Sequence
 import structlog
 
 from pin_sessions.cli import jobs, messaging, migrate, serve, tokens, up, users
-from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, Command
-from pin_sessions.platform.embedded import DatabaseLost, DataDirBusy
-from pin_sessions.platform.logging import configure_logging
-from pin_sessions.settings import RECOMMENDED_JWT_SECRET_LENGTH, SettingsError, load_settings
+from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, Command, configure_process_logging
+from pin_sessions.platform.embedded import (
+    DatabaseLost,
+    DataDirBusy,
+    RuntimeDirRefused,
+    private_runtime_dir,
+)
+from pin_sessions.platform.messaging.kafka import ClientOptionsRejected, check_client_options
+from pin_sessions.settings import (
+    RECOMMENDED_JWT_SECRET_LENGTH,
+    Settings,
+    SettingsError,
+    load_settings,
+)
+
+# Where the embedded server's wheel keeps its lock (see private_runtime_dir).
+RUNTIME_DIR_VARIABLE = "XDG_RUNTIME_DIR"
 
 log = structlog.get_logger("pin_sessions.cli")
 
@@ -37,10 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings(os.environ)
-    except SettingsError as exc:
+        _check_kafka_options(settings)
+    except (SettingsError, ClientOptionsRejected) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
-    configure_logging(settings.log_level)
+    args.console = configure_process_logging(settings)
     if settings.jwt_secret_is_short:
         # That it is short is all that is said: the value never reaches a log.
         log.warning(
@@ -49,11 +63,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     command: Command = args.run
     try:
+        _give_embedded_a_runtime_dir(settings)
         return command(settings, args)
     except SettingsError as exc:
         # A rule of the role the command starts (the API's), checked before it starts.
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
-    except (DataDirBusy, DatabaseLost) as exc:
+    except (DataDirBusy, DatabaseLost, RuntimeDirRefused) as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _check_kafka_options(settings: Settings) -> None:
+    """A PIN_KAFKA__* value librdkafka refuses stops every command at start, as any bad setting."""
+    if settings.kafka_bootstrap_servers:
+        check_client_options(settings.kafka_bootstrap_servers, settings.kafka.librdkafka_options())
+
+
+def _give_embedded_a_runtime_dir(settings: Settings) -> None:
+    """Before the embedded server's wheel is imported, which reads it once (and would warn)."""
+    if settings.database_url is None and not os.environ.get(RUNTIME_DIR_VARIABLE):
+        os.environ[RUNTIME_DIR_VARIABLE] = str(private_runtime_dir())

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, TypeAlias
 
 import structlog
 from prometheus_client import CollectorRegistry, start_http_server
+
+from pin_sessions.platform.logging import configure_logging
+from pin_sessions.settings import LogFormat
 
 if TYPE_CHECKING:
     from pin_sessions.settings import Settings
@@ -26,6 +30,31 @@ METRICS_ADDRESS = "0.0.0.0"  # noqa: S104
 Command: TypeAlias = Callable[["Settings", argparse.Namespace], int]
 
 
+def configure_process_logging(settings: Settings) -> bool:
+    """Console lines for a person at a terminal, JSON lines for anything else; True for console.
+
+    ``PIN_LOG_FORMAT=json`` (or ``console``) decides instead of the terminal.
+    """
+    console = settings.log_format is LogFormat.CONSOLE or (
+        settings.log_format is LogFormat.AUTO and sys.stderr.isatty()
+    )
+    configure_logging(settings.log_level, console=console)
+    return console
+
+
+def print_banner(title: str, urls: Mapping[str, str]) -> None:
+    """What a newcomer reads first: what started and where to point a browser."""
+    width = max(len(name) for name in urls) if urls else 0
+    lines = ["", f"  {title}", *(f"    {name:<{width}}  {url}" for name, url in urls.items())]
+    lines += ["  Ctrl-C stops it.", ""]
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def metrics_url(port: int) -> str:
+    """Where a role's own metrics endpoint answers, as a person on this machine reaches it."""
+    return f"http://127.0.0.1:{port}/metrics"
+
+
 def add_metrics_port(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, default=None, help="Prometheus port")
 
@@ -37,14 +66,20 @@ def metrics_port(settings: Settings, args: argparse.Namespace) -> int | None:
 
 
 @contextlib.contextmanager
-def metrics_endpoint(port: int | None, registry: CollectorRegistry) -> Iterator[None]:
-    """Serve ``registry`` for Prometheus on ``port`` while the block runs."""
+def metrics_endpoint(port: int | None, registry: CollectorRegistry) -> Iterator[int | None]:
+    """Serve ``registry`` for Prometheus on ``port`` while the block runs; yields the bound port."""
     if port is None:
-        yield
+        yield None
         return
     server, _thread = start_http_server(port, addr=METRICS_ADDRESS, registry=registry)
-    log.info("metrics listening", port=server.server_port)
+    log.info("metrics listening", port=server.server_port, url=metrics_url(server.server_port))
     try:
-        yield
+        yield server.server_port
     finally:
         server.shutdown()
+
+
+def role_banner(args: argparse.Namespace, title: str, metrics_port: int | None) -> None:
+    """A worker role's banner, on a terminal: what runs, and its metrics if it serves them."""
+    if args.console:
+        print_banner(title, {} if metrics_port is None else {"Metrics": metrics_url(metrics_port)})

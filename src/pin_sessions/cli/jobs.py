@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from pin_sessions.bootstrap import JOB_WORKERS, build_runtime, database_endpoint, worker_database
-from pin_sessions.cli.common import EXIT_FAILURE, add_metrics_port, metrics_endpoint, metrics_port
+from pin_sessions.cli.common import (
+    EXIT_FAILURE,
+    add_metrics_port,
+    metrics_endpoint,
+    metrics_port,
+    role_banner,
+)
 from pin_sessions.platform.process import install_stop_signals, run_process, run_roles
 from pin_sessions.platform.tracing import process_tracing
 
@@ -47,7 +53,7 @@ def add_parsers(commands: Commands) -> None:
 def run(settings: Settings, args: argparse.Namespace) -> int:
     port = metrics_port(settings, args)
     with process_tracing(f"job.{args.name}", os.environ), database_endpoint(settings) as dsn:
-        runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=2))
+        runtime = build_runtime(settings, dsn, database=worker_database(settings, dsn))
         worker = JOB_WORKERS[args.name](runtime)
 
         async def run_job() -> int:
@@ -55,7 +61,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             try:
                 if args.once:
                     return await _run_once(worker)
-                await _run_loop(worker, runtime.registry, port)
+                await _run_loop(worker, runtime.registry, port, args)
                 return 0
             finally:
                 await runtime.database.close()
@@ -76,10 +82,14 @@ async def _run_once(worker: PollingWorker[Any]) -> int:
 
 
 async def _run_loop(
-    worker: PollingWorker[Any], registry: CollectorRegistry, port: int | None
+    worker: PollingWorker[Any],
+    registry: CollectorRegistry,
+    port: int | None,
+    args: argparse.Namespace,
 ) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
-    with metrics_endpoint(port, registry):
+    with metrics_endpoint(port, registry) as bound:
+        role_banner(args, f"pin-sessions job {args.name}", bound)
         await run_roles([worker], stop, grace_seconds=JOB_STOP_GRACE_SECONDS)
     log.info("stopped", role=worker.name)

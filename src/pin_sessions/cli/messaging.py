@@ -22,7 +22,13 @@ from pin_sessions.bootstrap import (
     database_endpoint,
     worker_database,
 )
-from pin_sessions.cli.common import EXIT_USAGE, add_metrics_port, metrics_endpoint, metrics_port
+from pin_sessions.cli.common import (
+    EXIT_USAGE,
+    add_metrics_port,
+    metrics_endpoint,
+    metrics_port,
+    role_banner,
+)
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.process import Role, install_stop_signals, run_process, run_roles
 from pin_sessions.platform.tracing import process_tracing
@@ -37,8 +43,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pin_sessions.cli")
 
 STOP_GRACE_SECONDS = 10.0
-# A batch holds one connection while the runner applies it on another; 4 leaves room.
-POOL_SIZE = 4
 
 
 def add_parsers(commands: Commands) -> None:
@@ -58,9 +62,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     role_name = "relay" if args.command == "relay" else f"consume.{args.name}"
     port = metrics_port(settings, args)
     with process_tracing(role_name, os.environ), database_endpoint(settings) as dsn:
-        runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=POOL_SIZE))
+        runtime = build_runtime(settings, dsn, database=worker_database(settings, dsn))
         role = delivery_role(runtime, args)
-        with metrics_endpoint(port, runtime.registry):
+        with metrics_endpoint(port, runtime.registry) as bound:
+            role_banner(args, f"pin-sessions {role.name.replace('.', ' ')}", bound)
             run_process(run_role(runtime, role))
         log.info("stopped", role=role.name)
     return 0

@@ -23,7 +23,7 @@ def add_parsers(commands: Commands) -> None:
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     async def apply(dsn: str) -> list[int]:
-        runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=1))
+        runtime = build_runtime(settings, dsn, database=worker_database(settings, dsn, max_size=1))
         await runtime.database.open()
         try:
             async with runtime.database.connection() as conn:

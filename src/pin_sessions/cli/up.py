@@ -22,7 +22,14 @@ from pin_sessions.bootstrap import (
     open_database_endpoint,
     worker_database,
 )
-from pin_sessions.cli.serve import DEFAULT_HOST, DEFAULT_PORT, STOP_GRACE_SECONDS, api_role
+from pin_sessions.cli.common import print_banner
+from pin_sessions.cli.serve import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    api_role,
+    api_urls,
+    stop_grace_seconds,
+)
 from pin_sessions.platform.embedded import DataDirLock, PostmasterWatch
 from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.process import Role, install_stop_signals, run_process, run_roles
@@ -38,8 +45,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pin_sessions.cli")
 
-# Four jobs and the delivery roles, each using one connection at a time.
-UP_WORKERS_POOL_SIZE = 8
+# Four jobs and the delivery roles, each using one connection at a time, share one pool
+# of twice a worker process's.
+UP_POOL_SHARE = 2
 
 
 def add_parsers(commands: Commands) -> None:
@@ -52,7 +60,7 @@ def add_parsers(commands: Commands) -> None:
 def run(settings: Settings, args: argparse.Namespace) -> int:
     settings.check_api_can_sign_in()
     with process_tracing("up", os.environ):
-        return _up(with_up_defaults(settings), args.host, args.port)
+        return _up(with_up_defaults(settings), args.host, args.port, banner=args.console)
 
 
 def with_up_defaults(settings: Settings) -> Settings:
@@ -65,25 +73,35 @@ def with_up_defaults(settings: Settings) -> Settings:
     return settings.model_copy(update={"dev_codes": True})
 
 
-def _up(settings: Settings, host: str, port: int) -> int:
+def _up(settings: Settings, host: str, port: int, *, banner: bool) -> int:
     with DataDirLock(settings.data_dir), open_database_endpoint(settings) as endpoint:
         dsn = endpoint.dsn
         # The workers share one pool; the API gets its own, bounded one (SPEC §9), so a
         # job's long batch never waits behind requests, nor requests behind a batch.
         runtime = build_runtime(
-            settings, dsn, database=worker_database(dsn, max_size=UP_WORKERS_POOL_SIZE)
+            settings,
+            dsn,
+            database=worker_database(
+                settings, dsn, max_size=UP_POOL_SHARE * settings.database.worker_pool_max
+            ),
         )
         api_runtime = replace(runtime, database=api_database(settings, dsn))
         # `up` owns an embedded server: when it dies, the watch starts it again or, failing
         # that, raises DatabaseLost, which stops every role and exits 1.
         watch = [] if endpoint.embedded is None else [PostmasterWatch(endpoint.embedded)]
-        run_process(_run_up(runtime, api_runtime, host, port, watch))
+        run_process(_run_up(runtime, api_runtime, host, port, watch, banner=banner))
     log.info("stopped")
     return 0
 
 
 async def _run_up(
-    runtime: Runtime, api_runtime: Runtime, host: str, port: int, extra_roles: Sequence[Role]
+    runtime: Runtime,
+    api_runtime: Runtime,
+    host: str,
+    port: int,
+    extra_roles: Sequence[Role],
+    *,
+    banner: bool,
 ) -> None:
     stop = asyncio.Event()
     install_stop_signals(stop)
@@ -94,11 +112,20 @@ async def _run_up(
         # The jobs, consumers and relay share the runtime's registry, so their metrics show
         # on the API's /metrics.
         roles: list[Role] = [
-            api_role(api_runtime, host, port),
+            api_role(
+                api_runtime,
+                host,
+                port,
+                on_listening=(
+                    (lambda bound: print_banner("PIN Sessions is up", api_urls(host, bound)))
+                    if banner
+                    else None
+                ),
+            ),
             *(build_worker(runtime) for build_worker in JOB_WORKERS.values()),
             *build_delivery_roles(runtime),
             *extra_roles,
         ]
-        await run_roles(roles, stop, grace_seconds=STOP_GRACE_SECONDS)
+        await run_roles(roles, stop, grace_seconds=stop_grace_seconds(runtime.settings))
     finally:
         await runtime.database.close()

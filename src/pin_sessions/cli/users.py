@@ -54,7 +54,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     async def change(dsn: str) -> str:
-        runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=1))
+        runtime = build_runtime(settings, dsn, database=worker_database(settings, dsn, max_size=1))
         await runtime.database.open()
         try:
             operations = build_identity_operations(runtime)

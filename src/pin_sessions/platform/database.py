@@ -78,6 +78,7 @@ async def create_pool(
     max_size: int = 10,
     bounds: Bounds | None = None,
     reset_sessions: bool = True,
+    connect_timeout: timedelta | None = None,
 ) -> asyncpg.Pool[asyncpg.Record]:
     """Open a pool whose sessions run in UTC and decode json/jsonb to Python objects."""
     server_settings = {"timezone": "UTC", "application_name": "pin-sessions"}
@@ -85,8 +86,11 @@ async def create_pool(
     if bounds is not None:
         server_settings["statement_timeout"] = _milliseconds(bounds.statement_timeout)
         command_timeout = (bounds.statement_timeout + CLIENT_TIMEOUT_GRACE).total_seconds()
+    # asyncpg's own connect timeout when unset: 60 s.
+    timeout = 60.0 if connect_timeout is None else connect_timeout.total_seconds()
     return await asyncpg.create_pool(
         dsn,
+        timeout=timeout,
         min_size=min_size,
         max_size=max_size,
         init=_init_connection,
@@ -115,8 +119,10 @@ class Database:
         max_size: int = 10,
         bounds: Bounds | None = None,
         reset_sessions: bool = True,
+        connect_timeout: timedelta | None = None,
     ) -> None:
         self._dsn = dsn
+        self._connect_timeout = connect_timeout
         self._sizes = (min_size, max_size)
         self._bounds = bounds
         self._reset_sessions = reset_sessions
@@ -131,6 +137,7 @@ class Database:
                 max_size=self._sizes[1],
                 bounds=self._bounds,
                 reset_sessions=self._reset_sessions,
+                connect_timeout=self._connect_timeout,
             )
 
     @property

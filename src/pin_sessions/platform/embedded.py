@@ -23,7 +23,9 @@ import asyncio
 import fcntl
 import logging
 import os
+import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +55,10 @@ RESTART_ATTEMPTS = 5
 # A dead postmaster may linger a moment (a zombie until reaped, children still attached to its
 # shared memory); a start meanwhile fails, and the next attempt a second later succeeds.
 RESTART_RETRY_SECONDS = 1.0
+
+
+class RuntimeDirRefused(RuntimeError):
+    """The runtime directory we would give the wheel is someone else's."""
 
 
 class DataDirBusy(RuntimeError):
@@ -100,6 +106,26 @@ class DataDirLock:
             fcntl.flock(self._file, fcntl.LOCK_UN)
             self._file.close()
             self._file = None
+
+
+def private_runtime_dir() -> Path:
+    """A runtime directory for the embedded server's wheel where the session gives none.
+
+    The wheel keeps its inter-process lock, and a Unix socket whose data-directory path is
+    too long for one, in the user's runtime directory (``XDG_RUNTIME_DIR``). A container, a
+    cron job or an ssh command often has none, and platformdirs then warns on every start
+    before falling back to the temporary directory. This is that fallback made explicit:
+    per user, mode 0700, on the local temporary file system (locks work there, unlike on
+    some network homes where PIN_DATA_DIR may live) and with a path short enough for a
+    socket, which no directory under PIN_DATA_DIR could promise.
+    """
+    path = Path(tempfile.gettempdir()) / f"pin-sessions-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise RuntimeDirRefused(f"{path} is not a directory of this user's; set XDG_RUNTIME_DIR")
+    path.chmod(0o700)
+    return path
 
 
 class EmbeddedPostgres:

@@ -1,4 +1,7 @@
-"""Structured JSON logs with personal data kept out (SPEC §7).
+"""Structured logs with personal data kept out (SPEC §7): JSON lines, or console lines.
+
+JSON lines are what a machine reads (a container, a file, a pipe); a person at a terminal
+gets structlog's console renderer instead, the same events with the same redaction.
 
 Every line passes :func:`redact_personal_data`: values under sensitive keys (phone
 numbers, user agents, tokens, codes, secrets) are dropped; IP addresses are masked
@@ -114,8 +117,12 @@ def redact_personal_data(
     return {key: _scrub(key, value) for key, value in event_dict.items()}
 
 
-def configure_logging(level: str = "info", stream: TextIO | None = None) -> None:
-    """JSON lines on ``stream`` (stderr) for structlog and the standard library alike."""
+def configure_logging(
+    level: str = "info", stream: TextIO | None = None, *, console: bool = False
+) -> None:
+    """JSON lines (or, with ``console``, readable lines) on ``stream`` (stderr), for
+    structlog and the standard library alike."""
+    stream = stream or sys.stderr
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -134,10 +141,12 @@ def configure_logging(level: str = "info", stream: TextIO | None = None) -> None
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             redact_personal_data,
-            structlog.processors.JSONRenderer(),
+            structlog.dev.ConsoleRenderer(colors=stream.isatty())
+            if console
+            else structlog.processors.JSONRenderer(),
         ],
     )
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

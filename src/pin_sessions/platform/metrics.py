@@ -7,12 +7,26 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector
 
-__all__ = ["CONTENT_TYPE_LATEST", "HttpMetrics", "new_registry", "render"]
+__all__ = ["CONTENT_TYPE_LATEST", "HttpMetrics", "merged_registry", "new_registry", "render"]
 
 
 def new_registry() -> CollectorRegistry:
     return CollectorRegistry(auto_describe=True)
+
+
+def merged_registry(directory: str) -> CollectorRegistry:
+    """What ``/metrics`` shows under ``serve --workers N``: every worker's samples merged.
+
+    The workers' metrics live in files under ``directory`` (prometheus-client's
+    multiprocess mode, chosen at import by ``PROMETHEUS_MULTIPROC_DIR``, which
+    ``serve`` sets for them): counters and histograms are summed, each gauge as its
+    ``multiprocess_mode`` says.
+    """
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    return registry
 
 
 def render(registry: CollectorRegistry) -> bytes:

@@ -1,7 +1,10 @@
 """Running the HTTP API under uvicorn inside a process we control.
 
 uvicorn normally owns SIGINT/SIGTERM; here the process runner owns them, so the API,
-the workers and the embedded database stop together and in order.
+the workers and the embedded database stop together and in order. A stop goes in three
+steps (SPEC §9): ``/readyz`` answers 503 at once; the API keeps serving for the shutdown
+delay, so a load balancer that polls it stops sending; then the listener closes and the
+requests in flight get the shutdown timeout to finish.
 """
 
 from __future__ import annotations
@@ -10,9 +13,15 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 
+import structlog
 import uvicorn
 from fastapi import FastAPI
+
+from pin_sessions.platform.http.health import Readiness
+
+log = structlog.get_logger(__name__)
 
 
 class _QuietSignalsServer(uvicorn.Server):
@@ -25,8 +34,15 @@ class ApiServer:
     """uvicorn serving ``app`` on ``host:port`` until :meth:`stop`."""
 
     def __init__(
-        self, app: FastAPI, *, host: str, port: int, sock: socket.socket | None = None
+        self,
+        app: FastAPI,
+        *,
+        host: str,
+        port: int,
+        sock: socket.socket | None = None,
+        shutdown_timeout: timedelta = timedelta(seconds=3),
     ) -> None:
+        self.readiness: Readiness = app.state.readiness
         config = uvicorn.Config(
             app,
             host=host,
@@ -36,7 +52,7 @@ class ApiServer:
             # The client address is decided by PIN_TRUSTED_PROXIES, not by uvicorn.
             proxy_headers=False,
             lifespan="on",
-            timeout_graceful_shutdown=3,
+            timeout_graceful_shutdown=max(int(shutdown_timeout.total_seconds()), 1),
         )
         self._server = _QuietSignalsServer(config)
         self._sock = sock
@@ -69,13 +85,20 @@ async def wait_started(server: ApiServer, task: asyncio.Task[None]) -> None:
 
 
 class ApiRole:
-    """The HTTP API as a role: serves until ``stop``, then drains within uvicorn's grace."""
+    """The HTTP API as a role: serves until ``stop``, then leaves rotation and drains."""
 
     name = "api"
 
-    def __init__(self, server: ApiServer, *, on_listening: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        server: ApiServer,
+        *,
+        on_listening: Callable[[int], None],
+        shutdown_delay: timedelta = timedelta(0),
+    ) -> None:
         self._server = server
         self._on_listening = on_listening
+        self._shutdown_delay = shutdown_delay.total_seconds()
 
     async def run(self, stop: asyncio.Event) -> None:
         serving = asyncio.create_task(self._server.serve())
@@ -83,6 +106,10 @@ class ApiRole:
         self._on_listening(self._server.bound_port())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
-        self._server.stop()
         stopping.cancel()
+        self._server.readiness.stop()
+        if not serving.done() and self._shutdown_delay > 0:
+            log.info("draining: /readyz answers 503", closingIn=self._shutdown_delay)
+            await asyncio.wait([serving], timeout=self._shutdown_delay)
+        self._server.stop()
         await serving

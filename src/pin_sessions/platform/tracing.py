@@ -1,27 +1,74 @@
-"""OpenTelemetry: a tracer provider that exports over OTLP only when asked to.
+"""OpenTelemetry: one tracer provider per process, exporting over OTLP only when asked to.
 
-Spans are always created (they carry ``traceparent`` into outbox headers and give
-jobs one span per run); they leave the process only when
-``OTEL_EXPORTER_OTLP_ENDPOINT`` is set.
+Spans are always created: they carry ``traceparent`` from a request or a job run into
+the outbox rows it writes, from there into the Kafka headers, and on to the consumer
+that applies the event, so one trace runs from an HTTP request to its last effect. They
+leave the process only when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set.
+
+SQL statements get spans from the asyncpg instrumentation, but only inside a trace: a
+statement with no span around it (a relay's or a bus consumer's poll, every ten times a
+second; a group-committed heartbeat UPDATE) would be a trace of its own, and those
+would be most of what is exported while telling nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_ON,
+    Decision,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+)
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace.span import TraceState
+from opentelemetry.util.types import Attributes
 
 OTLP_ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_ENDPOINT"
+# The asyncpg instrumentation names the database system under the old or the new
+# semantic conventions, as OTEL_SEMCONV_STABILITY_OPT_IN says.
+_DB_SYSTEM_ATTRIBUTES = ("db.system", "db.system.name")
+
+
+class NoLoneStatements(Sampler):
+    """Root sampler: every root span is kept except a database statement's."""
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        if kind is SpanKind.CLIENT and any(
+            key in (attributes or {}) for key in _DB_SYSTEM_ATTRIBUTES
+        ):
+            return SamplingResult(Decision.DROP)
+        return ALWAYS_ON.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return "NoLoneStatements"
 
 
 def build_tracer_provider(service_role: str, environ: Mapping[str, str]) -> TracerProvider:
     """A provider for one process role (``api``, ``job.expire-sessions``, ...)."""
     provider = TracerProvider(
-        resource=Resource.create({"service.name": "pin-sessions", "service.role": service_role})
+        resource=Resource.create({"service.name": "pin-sessions", "service.role": service_role}),
+        sampler=ParentBased(root=NoLoneStatements()),
     )
     if environ.get(OTLP_ENDPOINT_VARIABLE):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -31,8 +78,13 @@ def build_tracer_provider(service_role: str, environ: Mapping[str, str]) -> Trac
 
 
 def install_tracer_provider(provider: TracerProvider) -> None:
-    """Make ``provider`` the process-wide one (done once, by the composition root)."""
+    """Make ``provider`` the process-wide one, and trace SQL statements under it.
+
+    Done once per process, by the command that runs it (or by a ``serve --workers``
+    worker, which is a process of its own).
+    """
     trace.set_tracer_provider(provider)
+    AsyncPGInstrumentor().instrument(tracer_provider=provider)  # type: ignore[no-untyped-call]
 
 
 @contextlib.contextmanager

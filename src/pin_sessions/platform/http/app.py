@@ -13,6 +13,7 @@ from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.docs import install_offline_docs
 from pin_sessions.platform.http.fast_path import FastPath
 from pin_sessions.platform.http.head import HeadAsGet
+from pin_sessions.platform.http.health import Readiness
 from pin_sessions.platform.http.health import router as health_router
 from pin_sessions.platform.http.middleware import QUIET_PATHS, RequestContextMiddleware
 from pin_sessions.platform.http.openapi import install_problem_schema
@@ -70,6 +71,7 @@ def create_http_app(
         },
     )
     app.state.services = services
+    app.state.readiness = Readiness()
     app.state.registry = runtime.registry
     for name, value in (state or {}).items():
         setattr(app.state, name, value)

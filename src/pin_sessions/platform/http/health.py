@@ -22,6 +22,21 @@ log = structlog.get_logger(__name__)
 READINESS_TIMEOUT_SECONDS = 2.0
 
 
+class Readiness:
+    """Whether the process wants new traffic: not from the moment it is asked to stop (SPEC §9).
+
+    The API role marks it as soon as SIGTERM (or SIGINT) arrives, before it stops
+    listening, so a load balancer polling ``/readyz`` takes the process out of rotation
+    while its requests in flight finish.
+    """
+
+    def __init__(self) -> None:
+        self.stopping = False
+
+    def stop(self) -> None:
+        self.stopping = True
+
+
 class Status(BaseModel):
     status: str
 
@@ -41,6 +56,8 @@ async def healthz() -> Status:
     responses=problems(503),
 )
 async def readyz(request: Request, database: DatabaseDep) -> Response:
+    if state(request, "readiness", Readiness).stopping:
+        return problem_response(request, ServiceUnavailable, detail="the process is stopping")
     try:
         async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
             async with database.connection() as conn:

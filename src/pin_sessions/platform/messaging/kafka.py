@@ -8,7 +8,8 @@ last commit and nothing in between is skipped.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -31,9 +32,39 @@ PARTITIONS = 6  # SPEC §6: every topic
 ADMIN_TIMEOUT_SECONDS = 10.0
 
 
-def producer_config(bootstrap_servers: str, *, message_timeout_ms: int) -> dict[str, Any]:
+class ClientOptionsRejected(ValueError):
+    """librdkafka refused a connection option (``PIN_KAFKA__*``); ``str()`` names it."""
+
+
+def admin_config(bootstrap_servers: str, options: Mapping[str, str]) -> dict[str, Any]:
+    """Every client gets the connection options (TLS, SASL) besides its own properties."""
+    return {"bootstrap.servers": bootstrap_servers, **options}
+
+
+def check_client_options(bootstrap_servers: str, options: Mapping[str, str]) -> None:
+    """Build a client as the roles will, so a value librdkafka refuses (a certificate file
+    that is no PEM, a property this build lacks) stops the process at start, not in a retry
+    loop. Nothing connects: the client is closed before it needs the broker."""
+    try:
+        # Quiet: librdkafka would print the same refusal, and connection attempts, itself.
+        AdminClient({**admin_config(bootstrap_servers, options), "log_level": 0})
+    except KafkaException as exc:
+        raise ClientOptionsRejected(_name_the_setting(exc.args[0].str())) from None
+
+
+def _name_the_setting(message: str) -> str:
+    # librdkafka says e.g. "ssl.ca.location failed: ..." or
+    # 'Invalid value "x" for configuration property "security.protocol"'.
+    for prop in re.findall(r"\b((?:sasl|ssl|security)\.[a-z.]+)", message):
+        return f"PIN_KAFKA__{prop.replace('.', '_').upper()} is refused by librdkafka: {message}"
+    return f"PIN_KAFKA__* is refused by librdkafka: {message}"
+
+
+def producer_config(
+    bootstrap_servers: str, options: Mapping[str, str], *, message_timeout_ms: int
+) -> dict[str, Any]:
     return {
-        "bootstrap.servers": bootstrap_servers,
+        **admin_config(bootstrap_servers, options),
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
@@ -46,10 +77,10 @@ def producer_config(bootstrap_servers: str, *, message_timeout_ms: int) -> dict[
 
 
 def consumer_config(
-    bootstrap_servers: str, group: str, *, session_timeout_ms: int
+    bootstrap_servers: str, options: Mapping[str, str], group: str, *, session_timeout_ms: int
 ) -> dict[str, Any]:
     return {
-        "bootstrap.servers": bootstrap_servers,
+        **admin_config(bootstrap_servers, options),
         "group.id": group,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
@@ -92,13 +123,15 @@ class KafkaConsumer:
         batch_size: int = 200,
         poll_seconds: float = 0.2,
         session_timeout_ms: int = 10_000,
+        options: Mapping[str, str] | None = None,
     ) -> None:
         self.name = f"consume.{runner.consumer}"
         self._runner = runner
+        options = options or {}
         self._config = consumer_config(
-            bootstrap_servers, runner.consumer, session_timeout_ms=session_timeout_ms
+            bootstrap_servers, options, runner.consumer, session_timeout_ms=session_timeout_ms
         )
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+        self._admin = AdminClient(admin_config(bootstrap_servers, options))
         self._metrics = metrics
         self._batch_size = batch_size
         self._poll_seconds = poll_seconds

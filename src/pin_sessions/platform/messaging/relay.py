@@ -13,20 +13,23 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
+from opentelemetry import trace
+from opentelemetry.trace import Span, Tracer
 
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.messaging.envelope import Message, from_outbox_row
-from pin_sessions.platform.messaging.kafka import ensure_topics, producer_config
+from pin_sessions.platform.messaging.kafka import admin_config, ensure_topics, producer_config
 from pin_sessions.platform.messaging.loop import run_passes
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
+from pin_sessions.platform.messaging.tracing import end_publish_span, publish_span, record_headers
 
 log = structlog.get_logger(__name__)
 
@@ -86,17 +89,23 @@ class OutboxRelay:
         delete_batch_size: int = 1000,
         idle_seconds: float = 0.1,
         message_timeout_ms: int = 10_000,
+        tracer: Tracer | None = None,
+        options: Mapping[str, str] | None = None,
     ) -> None:
         self._database = database
         self._clock = clock
         self._metrics = metrics
-        self._config = producer_config(bootstrap_servers, message_timeout_ms=message_timeout_ms)
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+        options = options or {}
+        self._config = producer_config(
+            bootstrap_servers, options, message_timeout_ms=message_timeout_ms
+        )
+        self._admin = AdminClient(admin_config(bootstrap_servers, options))
         self._producer: Producer | None = None
         self._known_topics: set[str] = set()
         self._batch_size = batch_size
         self._delete_batch_size = delete_batch_size
         self._idle_seconds = idle_seconds
+        self._tracer = tracer or trace.get_tracer(__name__)
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("relay started")
@@ -147,12 +156,15 @@ class OutboxRelay:
             self._known_topics |= new_topics
         producer = self._ensure_producer()
         reports: dict[int, KafkaError | None] = {}
+        spans: list[Span] = []
         for position, message in messages:
+            span = publish_span(self._tracer, message)
+            spans.append(span)
             producer.produce(
                 message.topic,
                 key=message.aggregate_id.encode(),
                 value=message.value(),
-                headers=list(message.headers().items()),
+                headers=record_headers(message, span),
                 on_delivery=_reporter(reports, position),
             )
         # Short slices keep a stop request from waiting behind one long blocking flush;
@@ -162,7 +174,9 @@ class OutboxRelay:
         acked: list[int] = []
         failures = 0
         last_error: KafkaError | None = None
-        for (position, message), error in ((pm, reports[pm[0]]) for pm in messages):
+        for (position, message), span in zip(messages, spans, strict=True):
+            error = reports[position]
+            end_publish_span(span, error)
             if error is None:
                 acked.append(position)
                 self._metrics.published.labels(message.topic).inc()

@@ -17,12 +17,15 @@ from typing import Protocol
 
 import asyncpg
 import structlog
+from opentelemetry import trace
+from opentelemetry.trace import Tracer
 
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.errors import ServiceUnavailable
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
+from pin_sessions.platform.messaging.tracing import process_span
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +81,7 @@ class ConsumerRunner:
         *,
         max_attempts: int = 5,
         retry_delay_seconds: float = 0.1,
+        tracer: Tracer | None = None,
     ) -> None:
         self.handler = handler
         self._database = database
@@ -85,6 +89,7 @@ class ConsumerRunner:
         self._metrics = metrics
         self._max_attempts = max_attempts
         self._retry_delay = retry_delay_seconds
+        self._tracer = tracer or trace.get_tracer(__name__)
 
     @property
     def consumer(self) -> str:
@@ -147,7 +152,13 @@ class ConsumerRunner:
             self._count(outcome)
 
     async def _apply_in(self, conn: Connection, message: Message, now: datetime) -> Outcome:
-        """The first-seen row and the effect, on the caller's transaction."""
+        """The first-seen row and the effect, on the caller's transaction, in the event's trace."""
+        with process_span(self._tracer, self.consumer, message) as span:
+            outcome = await self._apply_traced(conn, message, now)
+            span.set_attribute("pin.consumer.outcome", outcome.value)
+        return outcome
+
+    async def _apply_traced(self, conn: Connection, message: Message, now: datetime) -> Outcome:
         status = await conn.execute(INSERT_PROCESSED, self.consumer, message.message_id, now)
         if status == "INSERT 0 0":
             return Outcome.DUPLICATE
