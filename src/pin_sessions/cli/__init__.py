@@ -12,16 +12,16 @@ from collections.abc import Sequence
 
 import structlog
 
-from pin_sessions.cli import jobs, messaging, migrate, serve, tokens, up, users
+from pin_sessions.cli import clients, jobs, keys, messaging, migrate, serve, tokens, up, users
 from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, Command
 from pin_sessions.platform.embedded import DatabaseLost, DataDirBusy
 from pin_sessions.platform.logging import configure_logging
-from pin_sessions.settings import RECOMMENDED_JWT_SECRET_LENGTH, SettingsError, load_settings
+from pin_sessions.settings import RECOMMENDED_SECRET_KEY_LENGTH, SettingsError, load_settings
 
 log = structlog.get_logger("pin_sessions.cli")
 
 # In the order `--help` lists them; each module registers its commands and their `run`.
-COMMAND_GROUPS = (up, migrate, serve, jobs, messaging, tokens, users)
+COMMAND_GROUPS = (up, migrate, serve, jobs, messaging, tokens, clients, keys, users)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,11 +41,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
     configure_logging(settings.log_level)
-    if settings.jwt_secret_is_short:
+    if settings.reads_deprecated_secret_name:
+        log.warning("PIN_JWT_SECRET is deprecated: set PIN_SECRET_KEY instead")
+    if settings.secret_key_is_short:
         # That it is short is all that is said: the value never reaches a log.
         log.warning(
-            "PIN_JWT_SECRET is shorter than recommended for HS256",
-            recommendedLength=RECOMMENDED_JWT_SECRET_LENGTH,
+            "PIN_SECRET_KEY is shorter than recommended",
+            recommendedLength=RECOMMENDED_SECRET_KEY_LENGTH,
+        )
+    if settings.public_url_is_unset_in_prod:
+        log.warning(
+            "PIN_PUBLIC_URL is unset: tokens name the default as issuer", issuer=settings.public_url
         )
     command: Command = args.run
     try:

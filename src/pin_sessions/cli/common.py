@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TypeAlias
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 
+from pin_sessions.bootstrap import build_runtime, database_endpoint, worker_database
+
 if TYPE_CHECKING:
+    from pin_sessions.platform.runtime import Runtime
     from pin_sessions.settings import Settings
 
     Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -48,3 +52,21 @@ def metrics_endpoint(port: int | None, registry: CollectorRegistry) -> Iterator[
         yield
     finally:
         server.shutdown()
+
+
+T = TypeVar("T")
+
+
+def run_one_shot(settings: Settings, work: Callable[[Runtime], Awaitable[T]]) -> T:
+    """``work`` on a runtime with a one-connection pool: an operator's command, not a role."""
+
+    async def run(dsn: str) -> T:
+        runtime = build_runtime(settings, dsn, database=worker_database(dsn, max_size=1))
+        await runtime.database.open()
+        try:
+            return await work(runtime)
+        finally:
+            await runtime.database.close()
+
+    with database_endpoint(settings) as dsn:
+        return asyncio.run(run(dsn))

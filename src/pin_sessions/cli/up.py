@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pin_sessions.cli")
 
-# Four jobs and the delivery roles, each using one connection at a time.
+# Five jobs and the delivery roles, each using one connection at a time.
 UP_WORKERS_POOL_SIZE = 8
 
 
