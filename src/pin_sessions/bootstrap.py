@@ -22,13 +22,15 @@ from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.identity import http as identity_http
 from pin_sessions.identity import oauth_http
 from pin_sessions.identity.clients import DisabledClients, ServiceClients
-from pin_sessions.identity.codes import DEV_CODE_KEY_PURPOSE, DevCodes, LoggingCodeSender
+from pin_sessions.identity.codes import DEV_CODE_KEY_PURPOSE, DevCodes
+from pin_sessions.identity.domain import SignInLimits
 from pin_sessions.identity.jobs import expire_sessions, session_retention, signing_keys
 from pin_sessions.identity.keys import KeyCipher, PublishedKeys, SigningKeyOperations
 from pin_sessions.identity.liveness import RefreshSessionLiveness
 from pin_sessions.identity.oauth import OAuthServer
 from pin_sessions.identity.operations import IdentityOperations, random_code
 from pin_sessions.identity.signing import TokenSigner
+from pin_sessions.identity.sms import build_code_sender
 from pin_sessions.platform.auth import Authenticator
 from pin_sessions.platform.clock import Clock, SystemClock
 from pin_sessions.platform.database import Bounds, Database
@@ -184,14 +186,17 @@ def build_signing_key_operations(runtime: Runtime) -> SigningKeyOperations:
 
 
 def build_identity_operations(runtime: Runtime) -> IdentityOperations:
-    """Identity's use cases; codes are logged as sent and, with PIN_DEV_CODES=1, derivable."""
+    """Identity's use cases; codes go out through ``PIN_SMS__PROVIDER`` within the sign-in
+    limits and, with PIN_DEV_CODES=1, are derivable."""
     dev_codes = build_dev_codes(runtime)
+    settings = runtime.settings
     return IdentityOperations(
         runtime.database,
         runtime.secrets,
         build_token_signer(runtime),
-        LoggingCodeSender(),
-        refresh_reuse_interval=runtime.settings.refresh_reuse_interval,
+        build_code_sender(settings.sms, runtime.registry),
+        refresh_reuse_interval=settings.refresh_reuse_interval,
+        limits=SignInLimits.of(settings.sign_in.per_ip_limit, settings.sign_in.global_limit),
         issue_code=random_code if dev_codes is None else dev_codes.issue,
     )
 

@@ -214,6 +214,91 @@ def _network_list(value: Any) -> Any:
     return networks
 
 
+class SmsProvider(StrEnum):
+    LOG = "log"
+    WEBHOOK = "webhook"
+    TWILIO = "twilio"
+    SMSRU = "smsru"
+
+
+CODE_PLACEHOLDER = "{code}"
+# A host name as WebOTP's `@host #code` line carries it: labels of letters, digits, hyphens.
+_HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$",
+    re.IGNORECASE,
+)
+
+
+def _has_code_placeholder(template: str) -> str:
+    if CODE_PLACEHOLDER not in template:
+        raise ValueError(f"must contain {CODE_PLACEHOLDER}")
+    return template
+
+
+def _host_name(value: str) -> str:
+    if not _HOST_NAME.match(value):
+        raise ValueError("must be a host name such as example.com (no scheme, port or path)")
+    return value.lower()
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL")
+    return value.rstrip("/")
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+
+
+class SmsSettings(_Group):
+    """SPEC §8 SMS delivery: which gateway sends the sign-in code, and what it says.
+
+    Each gateway's credentials are required when it is the chosen one; the base URLs
+    default to the providers' public APIs.
+    """
+
+    provider: SmsProvider = SmsProvider.LOG
+    template: Annotated[str, AfterValidator(_has_code_placeholder)] = (
+        "Your PIN sign-in code: {code}"
+    )
+    # When set, the WebOTP line `@domain #code` ends the message, so browsers offer the code.
+    webotp_domain: Annotated[str, AfterValidator(_host_name)] | None = None
+    # Bounds one attempt as a whole, from connecting to the last byte of the answer.
+    timeout: PositiveDuration = timedelta(seconds=5)
+    webhook_url: HttpUrl | None = None
+    webhook_secret: SecretStr | None = None
+    twilio_account_sid: str | None = None
+    twilio_auth_token: SecretStr | None = None
+    twilio_from: str | None = None
+    twilio_base_url: HttpUrl = "https://api.twilio.com"
+    smsru_api_id: SecretStr | None = None
+    smsru_base_url: HttpUrl = "https://sms.ru"
+
+    @model_validator(mode="after")
+    def _the_provider_has_its_credentials(self) -> SmsSettings:
+        required = {
+            SmsProvider.WEBHOOK: ("webhook_url", "webhook_secret"),
+            SmsProvider.TWILIO: ("twilio_account_sid", "twilio_auth_token", "twilio_from"),
+            SmsProvider.SMSRU: ("smsru_api_id",),
+        }
+        for name in required.get(self.provider, ()):
+            value = getattr(self, name)
+            text = value.get_secret_value() if isinstance(value, SecretStr) else value
+            if not text:
+                raise _SettingError(name, f"is required when PIN_SMS__PROVIDER={self.provider}")
+        return self
+
+
+class SignInSettings(_Group):
+    """SPEC §8 abuse limits on sign-in requests, besides the fixed 5 per phone per 15 min."""
+
+    # Requests per client address (an IPv6 client's /64) per hour.
+    per_ip_limit: Annotated[int, Field(gt=0)] = 20
+    # Requests per minute for the whole service, every instance together.
+    global_limit: Annotated[int, Field(gt=0)] = 600
+
+
 class Settings(BaseSettings):
     """Everything the processes read from their environment."""
 
@@ -251,6 +336,8 @@ class Settings(BaseSettings):
     signing_keys: SigningKeysSettings = SigningKeysSettings()
     database: DatabaseSettings = DatabaseSettings()
     http: HttpSettings = HttpSettings()
+    sms: SmsSettings = SmsSettings()
+    sign_in: SignInSettings = SignInSettings()
 
     @property
     def master_secret(self) -> SecretStr | None:
@@ -286,6 +373,19 @@ class Settings(BaseSettings):
             if self.dev_codes:
                 raise _SettingError("dev_codes", "is refused when PIN_ENV=prod")
         return self
+
+    def check_api_can_sign_in(self) -> None:
+        """Refuse, in a process about to serve the API, what would let nobody sign in.
+
+        Only the API sends codes, so this is no rule of every role: a job, the relay or a
+        consumer starts in prod without an SMS gateway, and its credentials need not reach
+        them.
+        """
+        if self.env is Environment.PROD and self.sms.provider is SmsProvider.LOG:
+            raise SettingsError(
+                f"{_env_name(('sms', 'provider'))} must name an SMS gateway (webhook, twilio "
+                "or smsru) when PIN_ENV=prod; log sends nothing"
+            )
 
     @classmethod
     def settings_customise_sources(
@@ -343,6 +443,7 @@ _RULES = {
     "greater_than_equal": "must be >= {ge}",
     "less_than": "must be < {lt}",
     "less_than_equal": "must be <= {le}",
+    "enum": "must be one of {expected}",
 }
 
 
@@ -350,8 +451,9 @@ def _describe(error: Mapping[str, Any]) -> str:
     loc = tuple(str(part) for part in error["loc"])
     ctx = error.get("ctx") or {}
     if isinstance(ctx.get("error"), _SettingError):
+        # Raised by the model at ``loc`` (empty at the top), about a field inside it.
         setting_error: _SettingError = ctx["error"]
-        return f"{_env_name((setting_error.field,))} {setting_error.rule}"
+        return f"{_env_name((*loc, setting_error.field))} {setting_error.rule}"
     if isinstance(ctx.get("error"), ValueError):
         return f"{_env_name(loc)} {ctx['error']}"
     template = _RULES.get(error["type"])

@@ -1,8 +1,10 @@
-"""Code delivery: the CodeSender port, the logging default, and the dev-only code endpoint."""
+"""Code delivery: the CodeSender port, the development ``log`` gateway, and the dev-only code
+endpoint. The SMS gateways themselves are tested in ``test_sms_gateways.py``."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -11,9 +13,12 @@ from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap import build_api, build_runtime, build_token_signer
 from pin_sessions.identity import domain
-from pin_sessions.identity.codes import LoggingCodeSender
+from pin_sessions.identity.domain import SignInLimits
 from pin_sessions.identity.operations import CODE_KEY_PURPOSE, IdentityOperations
+from pin_sessions.identity.sms.gateway import LogGateway
+from pin_sessions.identity.sms.sender import SmsCodeSender, SmsMetrics
 from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import SettingsError, load_settings
 from tests.conftest import T0, TEST_SECRET_KEY, LogCapture
@@ -27,7 +32,10 @@ class RecordingSmsSender:
     def __init__(self) -> None:
         self.sent: list[tuple[uuid.UUID, str, str]] = []
 
-    async def send(self, request_id: uuid.UUID, phone_number: str, code: str) -> None:
+    async def send(
+        self, request_id: uuid.UUID, phone_number: str, code: str, now: datetime
+    ) -> None:
+        del now
         self.sent.append((request_id, phone_number, code))
 
 
@@ -41,6 +49,7 @@ async def test_the_sender_gets_the_code_that_only_its_hmac_is_stored_for(
         build_token_signer(runtime),
         sms,
         refresh_reuse_interval=runtime.settings.refresh_reuse_interval,
+        limits=SignInLimits.of(per_ip_limit=20, global_limit=600),
     )
     phone = new_phone()
     created = await operations.request_sign_in(phone, None, T0)
@@ -55,12 +64,15 @@ async def test_the_sender_gets_the_code_that_only_its_hmac_is_stored_for(
     assert stored == domain.code_hash(key, request_id, code)
 
 
-async def test_the_logging_sender_logs_neither_the_phone_nor_the_code(
+async def test_the_log_gateway_logs_neither_the_phone_nor_the_code(
     captured_logs: LogCapture,
 ) -> None:
     request_id = uuid.uuid4()
+    sender = SmsCodeSender(
+        LogGateway(), SmsMetrics.register(new_registry()), template="Code {code}"
+    )
     before = len(captured_logs.lines())
-    await LoggingCodeSender().send(request_id, "+447911123456", "424242")
+    await sender.send(request_id, "+447911123456", "424242", T0)
     [line] = captured_logs.lines()[before:]
     assert "sign-in code sent" in line and str(request_id) in line
     assert "7911123456" not in line and "424242" not in line

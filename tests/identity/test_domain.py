@@ -70,13 +70,44 @@ def test_expiry_is_judged_first_whatever_the_status(
     assert isinstance(domain.confirmation_refusal(state, T0), error)
 
 
-def test_a_phone_may_ask_again_when_the_oldest_of_its_last_five_leaves_the_window() -> None:
-    minute = timedelta(minutes=1)
-    four = [T0 - minute * n for n in range(4)]
-    assert domain.sign_in_request_wait(four, T0) is None
-    five = [*four, T0 - minute * 10 - timedelta(microseconds=1)]
+LIMITS = domain.SignInLimits.of(per_ip_limit=20, global_limit=600)
+
+
+def test_a_phone_may_ask_again_when_the_fifth_newest_request_leaves_the_window() -> None:
+    assert domain.sign_in_request_refusal(domain.LimitEdges(None, None, None), LIMITS, T0) is None
+    fifth = T0 - timedelta(minutes=10, microseconds=1)
+    refusal = domain.sign_in_request_refusal(domain.LimitEdges(fifth, None, None), LIMITS, T0)
     # Out of the 15-minute window 5 min minus 1 µs from now: a client waits whole seconds.
-    assert domain.sign_in_request_wait(five, T0) == 300
+    assert refusal is not None and refusal.retry_after == 300
+    assert "phone" in refusal.detail
+
+
+def test_when_several_limits_are_reached_the_client_waits_for_the_last_to_free() -> None:
+    edges = domain.LimitEdges(
+        phone=T0 - timedelta(minutes=14),  # frees in 1 min
+        address=T0 - timedelta(minutes=20),  # frees in 40 min
+        service=T0 - timedelta(seconds=30),  # frees in 30 s
+    )
+    refusal = domain.sign_in_request_refusal(edges, LIMITS, T0)
+    assert refusal is not None and refusal.retry_after == 40 * 60
+    assert "address" in refusal.detail
+
+
+@pytest.mark.parametrize(
+    ("ip", "network"),
+    [
+        (None, None),
+        ("203.0.113.7", "203.0.113.7"),
+        ("::ffff:203.0.113.7", "203.0.113.7"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"),
+        ("testclient", None),
+    ],
+)
+def test_the_per_address_limit_counts_an_ipv6_client_by_its_64(
+    ip: str | None, network: str | None
+) -> None:
+    assert domain.ip_network(ip) == network
 
 
 def test_spent_attempts_refuse_until_the_request_expires() -> None:

@@ -13,6 +13,7 @@ from pin_sessions.cli.up import with_up_defaults
 from pin_sessions.settings import load_settings
 from tests.conftest import TEST_SECRET_KEY
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
+from tests.support.sms_gateways import CONFIGURED_GATEWAY
 
 
 def _stop(process: subprocess.Popen[str], signum: signal.Signals) -> tuple[float, str]:
@@ -125,6 +126,7 @@ def test_a_short_secret_under_its_old_name_starts_with_warnings_that_keep_it_sec
             "PIN_JWT_SECRET": secret,
             "PIN_DATABASE_URL": database_url,
             "PIN_DATA_DIR": str(tmp_path),
+            **CONFIGURED_GATEWAY,
         },
     )
     out, err = process.communicate(timeout=60)

@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 
 from pin_sessions.settings import Environment, Settings, SettingsError, load_settings
+from tests.support.sms_gateways import CONFIGURED_GATEWAY
 
 
 def test_defaults_follow_the_spec() -> None:
@@ -148,13 +149,18 @@ def test_a_bad_value_names_the_variable_and_the_rule(environ: dict[str, str], me
 
 def test_prod_accepts_a_complete_configuration() -> None:
     settings = load_settings(
-        {"PIN_ENV": "prod", "PIN_SECRET_KEY": "x" * 40, "PIN_DATABASE_URL": "postgresql://db/pin"}
+        {
+            "PIN_ENV": "prod",
+            "PIN_SECRET_KEY": "x" * 40,
+            "PIN_DATABASE_URL": "postgresql://db/pin",
+            **CONFIGURED_GATEWAY,
+        }
     )
     assert settings.env is Environment.PROD
 
 
 def test_prod_accepts_any_non_empty_secret_and_flags_a_short_one() -> None:
-    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin"}
+    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin", **CONFIGURED_GATEWAY}
     short = load_settings({**environ, "PIN_SECRET_KEY": "x" * 31})
     long_enough = load_settings({**environ, "PIN_SECRET_KEY": "x" * 32})
     assert (short.secret_key_is_short, long_enough.secret_key_is_short) == (True, False)
@@ -162,7 +168,7 @@ def test_prod_accepts_any_non_empty_secret_and_flags_a_short_one() -> None:
 
 
 def test_the_deprecated_pin_jwt_secret_still_serves_as_the_secret_key() -> None:
-    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin"}
+    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin", **CONFIGURED_GATEWAY}
     old = load_settings({**environ, "PIN_JWT_SECRET": "o" * 40})
     assert old.master_secret is not None and old.master_secret.get_secret_value() == "o" * 40
     assert old.reads_deprecated_secret_name
@@ -172,7 +178,12 @@ def test_the_deprecated_pin_jwt_secret_still_serves_as_the_secret_key() -> None:
 
 
 def test_prod_without_a_public_url_is_flagged_for_a_warning_at_start() -> None:
-    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin", "PIN_SECRET_KEY": "x"}
+    environ = {
+        "PIN_ENV": "prod",
+        "PIN_DATABASE_URL": "postgresql://db/pin",
+        "PIN_SECRET_KEY": "x",
+        **CONFIGURED_GATEWAY,
+    }
     assert load_settings(environ).public_url_is_unset_in_prod
     public = {**environ, "PIN_PUBLIC_URL": "https://sessions.example.com"}
     assert not load_settings(public).public_url_is_unset_in_prod

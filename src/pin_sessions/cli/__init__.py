@@ -56,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: Command = args.run
     try:
         return command(settings, args)
+    except SettingsError as exc:
+        # A rule of the role the command starts (the API's), checked before it starts.
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
     except (DataDirBusy, DatabaseLost) as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE

@@ -41,6 +41,7 @@ def add_parsers(commands: Commands) -> None:
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
+    settings.check_api_can_sign_in()
     with process_tracing("api", os.environ), database_endpoint(settings) as dsn:
         if args.workers > 1:
             _serve_workers(dsn, args.host, args.port, args.workers)

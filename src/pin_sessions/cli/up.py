@@ -50,6 +50,7 @@ def add_parsers(commands: Commands) -> None:
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
+    settings.check_api_can_sign_in()
     with process_tracing("up", os.environ):
         return _up(with_up_defaults(settings), args.host, args.port)
 

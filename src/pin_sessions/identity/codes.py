@@ -1,34 +1,27 @@
-"""Sign-in codes out of the service: the :class:`CodeSender` port, its logging default,
-and the derivable codes of a dev server (PIN_DEV_CODES=1)."""
+"""Sign-in codes out of the service: the :class:`CodeSender` port (its SMS implementation
+is in :mod:`pin_sessions.identity.sms`) and the derivable codes of a dev server
+(PIN_DEV_CODES=1)."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Protocol
-
-import structlog
 
 from pin_sessions.identity import domain, repository
 from pin_sessions.platform.database import Database
-
-log = structlog.get_logger(__name__)
 
 # The server secret's key for dev codes; never the key of the codes' HMACs.
 DEV_CODE_KEY_PURPOSE = "dev-sign-in-code"
 
 
 class CodeSender(Protocol):
-    async def send(self, request_id: uuid.UUID, phone_number: str, code: str) -> None:
-        """Deliver ``code`` to ``phone_number``; called after the request is committed."""
+    async def send(
+        self, request_id: uuid.UUID, phone_number: str, code: str, now: datetime
+    ) -> None:
+        """Hand ``code`` for ``phone_number`` to the gateway; called after the request is
+        committed. Raises ``CodeDeliveryFailed`` when the gateway did not take it."""
         ...
-
-
-class LoggingCodeSender:
-    """The default until an SMS gateway is wired: records that a code went out, nothing more."""
-
-    async def send(self, request_id: uuid.UUID, phone_number: str, code: str) -> None:
-        # Neither the code nor the phone number: a log line is not a delivery channel.
-        log.info("sign-in code sent", requestId=str(request_id))
 
 
 class DevCodes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import math
 import re
 import secrets
@@ -20,12 +21,11 @@ from pin_sessions.identity.errors import (
     IdentityError,
     SessionExpired,
     SessionRevoked,
+    TooManySignInRequests,
 )
 
 CONFIRMATION_TTL = timedelta(minutes=5)  # INV-S3
 MAX_CODE_ATTEMPTS = 5
-SIGN_IN_REQUESTS_PER_WINDOW = 5
-SIGN_IN_REQUEST_WINDOW = timedelta(minutes=15)
 REFRESH_SESSION_TTL = timedelta(days=30)
 CODE_DIGITS = 6
 REFRESH_TOKEN_BYTES = 32
@@ -108,16 +108,83 @@ def confirmation_refusal(state: ConfirmationState, now: datetime) -> IdentityErr
     return ConfirmationAttemptsExceeded(retry_after=whole_seconds(state.expires_at - now))
 
 
-def sign_in_request_wait(recent: list[datetime], now: datetime) -> int | None:
-    """Seconds until the phone may ask for another code; None when it may now.
+@dataclass(frozen=True)
+class RequestLimit:
+    """At most ``count`` sign-in requests within any ``window``."""
 
-    ``recent`` holds when its newest requests in the window were made, newest first, at
-    most :data:`SIGN_IN_REQUESTS_PER_WINDOW` of them: when all are there, the oldest of
-    them leaving the window frees the next slot.
+    count: int
+    window: timedelta
+
+
+PER_PHONE_LIMIT = RequestLimit(5, timedelta(minutes=15))
+PER_ADDRESS_WINDOW = timedelta(hours=1)
+SERVICE_WINDOW = timedelta(minutes=1)
+# An IPv6 client commonly holds a whole /64: counting single addresses would let it rotate.
+IPV6_CLIENT_PREFIX = 64
+
+
+@dataclass(frozen=True)
+class SignInLimits:
+    """SPEC §8: per phone (fixed), per client address and service-wide (settings)."""
+
+    per_address: RequestLimit
+    service: RequestLimit
+    per_phone: RequestLimit = PER_PHONE_LIMIT
+
+    @classmethod
+    def of(cls, per_ip_limit: int, global_limit: int) -> SignInLimits:
+        return cls(
+            RequestLimit(per_ip_limit, PER_ADDRESS_WINDOW),
+            RequestLimit(global_limit, SERVICE_WINDOW),
+        )
+
+
+@dataclass(frozen=True)
+class LimitEdges:
+    """For each limit, when the ``count``-th newest request inside its window was made;
+    None while there are fewer. At the limit, that request leaving the window frees a slot."""
+
+    phone: datetime | None
+    address: datetime | None
+    service: datetime | None
+
+
+def sign_in_request_refusal(
+    edges: LimitEdges, limits: SignInLimits, now: datetime
+) -> TooManySignInRequests | None:
+    """The 429 for a request that a limit refuses at ``now``; None when every limit allows it.
+
+    Retry-After is the longest of the waits: only after it does every limit allow the
+    request (if nobody else asks meanwhile).
     """
-    if len(recent) < SIGN_IN_REQUESTS_PER_WINDOW:
+    reached = [
+        (whole_seconds(edge + limit.window - now), detail)
+        for edge, limit, detail in (
+            (edges.phone, limits.per_phone, "This phone number asked for too many codes"),
+            (edges.address, limits.per_address, "This address asked for too many codes"),
+            (edges.service, limits.service, "The service is sending too many codes"),
+        )
+        if edge is not None
+    ]
+    if not reached:
         return None
-    return whole_seconds(recent[-1] + SIGN_IN_REQUEST_WINDOW - now)
+    wait, detail = max(reached)
+    return TooManySignInRequests(detail, retry_after=wait)
+
+
+def ip_network(ip: str | None) -> str | None:
+    """What the per-address limit counts by: an IPv4 address, or an IPv6 client's /64."""
+    if ip is None:
+        return None
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/{IPV6_CLIENT_PREFIX}", strict=False))
+    return str(address)
 
 
 def whole_seconds(span: timedelta) -> int:

@@ -5,6 +5,7 @@ Hierarchy::
     AppError (pin_sessions.platform.errors)
     └── IdentityError
         ├── TooManySignInRequests        429 IDENTITY_TOO_MANY_REQUESTS
+        ├── CodeDeliveryFailed           503 IDENTITY_CODE_DELIVERY_FAILED
         ├── ConfirmationNotFound         404 IDENTITY_CONFIRMATION_NOT_FOUND
         ├── ConfirmationExpired          410 IDENTITY_CONFIRMATION_EXPIRED
         ├── ConfirmationAlreadyUsed      409 IDENTITY_CONFIRMATION_ALREADY_USED
@@ -41,9 +42,19 @@ class IdentityError(AppError):
 
 
 class TooManySignInRequests(IdentityError):
+    """A limit of SPEC §8 is reached; the detail says which one, ``retry_after`` when it frees."""
+
     code = "IDENTITY_TOO_MANY_REQUESTS"
     status = 429
-    title = "Too many sign-in requests for this phone number"
+    title = "Too many sign-in requests"
+
+
+class CodeDeliveryFailed(IdentityError):
+    """The SMS gateway did not take the code; the request was withdrawn, so asking again is free."""
+
+    code = "IDENTITY_CODE_DELIVERY_FAILED"
+    status = 503
+    title = "The sign-in code could not be sent"
 
 
 class ConfirmationNotFound(IdentityError):

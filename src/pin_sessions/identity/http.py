@@ -54,15 +54,28 @@ ClientDevice = Annotated[Device, Depends(_device)]
 NoFields = Annotated[NoFieldsBody | None, Body()]
 
 
+_SIGN_IN_REQUEST_PROBLEMS = problems(400, 413, 422, 429, 503)
+_SIGN_IN_REQUEST_PROBLEMS[503] = {
+    **_SIGN_IN_REQUEST_PROBLEMS[503],
+    "description": "The SMS gateway did not take the code (`IDENTITY_CODE_DELIVERY_FAILED`; "
+    "the request counts against no limit), or the database did not answer in time",
+}
+
+
 @router.post(
     "/sign-in/requests",
     status_code=status.HTTP_201_CREATED,
-    responses=problems(400, 413, 422, 429, 503),
+    responses=_SIGN_IN_REQUEST_PROBLEMS,
 )
 async def request_sign_in(
     body: SignInRequestBody, identity: Identity, device: ClientDevice, now: Now
 ) -> SignInRequestOut:
-    """Send a one-time code to the phone (5 per phone per 15 min)."""
+    """Send a one-time code to the phone by SMS.
+
+    At most 5 per phone per 15 min, `PIN_SIGN_IN__PER_IP_LIMIT` per client address per
+    hour and `PIN_SIGN_IN__GLOBAL_LIMIT` per minute for the service: past any of them,
+    429 with `Retry-After`.
+    """
     created = await identity.request_sign_in(body.phone_number, device.ip, now)
     return SignInRequestOut(request_id=created.request_id, expires_at=created.expires_at)
 

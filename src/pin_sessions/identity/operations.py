@@ -14,12 +14,12 @@ from pin_sessions.identity import domain, events, repository
 from pin_sessions.identity.codes import CodeSender
 from pin_sessions.identity.domain import RefreshVerdict, RevokedReason, SessionStatus
 from pin_sessions.identity.errors import (
+    CodeDeliveryFailed,
     ConfirmationNotFound,
     InvalidConfirmationCode,
     OwnSessionNotFound,
     RefreshTokenReused,
     SessionNotFound,
-    TooManySignInRequests,
     UnknownPhoneNumber,
 )
 from pin_sessions.identity.signing import TokenSigner
@@ -78,9 +78,11 @@ class IdentityOperations:
         sender: CodeSender,
         *,
         refresh_reuse_interval: timedelta,
+        limits: domain.SignInLimits,
         issue_code: CodeIssuer = random_code,
     ) -> None:
         self._database = database
+        self._limits = limits
         self._code_key = secrets.derived_key(CODE_KEY_PURPOSE)
         self._successor_key = secrets.derived_key(SUCCESSOR_KEY_PURPOSE)
         self._signer = signer
@@ -91,31 +93,39 @@ class IdentityOperations:
     async def request_sign_in(
         self, phone_number: str, ip: str | None, now: datetime
     ) -> SignInRequest:
-        """Issue a code for ``phone_number``, at most 5 per phone per 15 minutes."""
+        """Send a code for ``phone_number`` within the limits of SPEC §8.
+
+        The request is committed before the code goes out, so parallel requests count it
+        while it is in flight. When the gateway does not take the code the request is
+        withdrawn again: it counts against no limit and cannot be confirmed.
+        """
         request_id = new_id()
         code = self._issue_code(request_id)
-        expires_at = now + domain.CONFIRMATION_TTL
+        request = repository.NewRequest(
+            id=request_id,
+            phone_number=phone_number,
+            code_hash=domain.code_hash(self._code_key, request_id, code),
+            created_at=now,
+            expires_at=now + domain.CONFIRMATION_TTL,
+            ip_address=ip,
+            ip_network=domain.ip_network(ip),
+        )
         async with self._database.transaction() as conn:
-            # Parallel requests of one phone queue here, so the count below stays true.
-            await repository.lock_phone(conn, phone_number)
-            since = now - domain.SIGN_IN_REQUEST_WINDOW
-            recent = await repository.recent_requests(
-                conn, phone_number, since, domain.SIGN_IN_REQUESTS_PER_WINDOW
+            await repository.lock_sign_in_requests(conn)
+            edges = await repository.limit_edges(
+                conn, phone_number, request.ip_network, self._limits, now
             )
-            wait = domain.sign_in_request_wait(recent, now)
-            if wait is not None:
-                raise TooManySignInRequests(retry_after=wait)
-            await repository.insert_request(
-                conn,
-                request_id,
-                phone_number,
-                domain.code_hash(self._code_key, request_id, code),
-                created_at=now,
-                expires_at=expires_at,
-                ip_address=ip,
-            )
-        await self._sender.send(request_id, phone_number, code)
-        return SignInRequest(request_id, expires_at)
+            refusal = domain.sign_in_request_refusal(edges, self._limits, now)
+            if refusal is not None:
+                raise refusal
+            await repository.insert_request(conn, request)
+        try:
+            await self._sender.send(request.id, phone_number, code, now)
+        except CodeDeliveryFailed:
+            async with self._database.connection() as conn:
+                await repository.delete_unsent_request(conn, request.id)
+            raise
+        return SignInRequest(request.id, request.expires_at)
 
     async def confirm_sign_in(
         self,

@@ -12,8 +12,10 @@ from pin_sessions.identity import sql
 from pin_sessions.identity.domain import (
     ConfirmationState,
     ConfirmationStatus,
+    LimitEdges,
     SessionState,
     SessionStatus,
+    SignInLimits,
 )
 from pin_sessions.platform.database import Connection
 
@@ -53,40 +55,60 @@ class DeviceSession:
     device_user_agent: str
 
 
-async def lock_phone(conn: Connection, phone_number: str) -> None:
-    """Serialise sign-in requests of one phone until the transaction ends."""
-    await conn.execute(
-        sql.LOCK_PHONE_FOR_SIGN_IN_REQUEST, sql.SIGN_IN_REQUEST_LOCK_CLASS, phone_number
-    )
+async def lock_sign_in_requests(conn: Connection) -> None:
+    """Serialise the service's sign-in requests until the transaction ends."""
+    await conn.execute(sql.LOCK_SIGN_IN_REQUESTS, sql.SIGN_IN_REQUEST_LOCK_CLASS)
 
 
-async def recent_requests(
-    conn: Connection, phone_number: str, since: datetime, limit: int
-) -> list[datetime]:
-    """When the phone's newest ``limit`` requests made after ``since`` were made, newest first."""
-    rows = await conn.fetch(sql.RECENT_SIGN_IN_REQUESTS, phone_number, since, limit)
-    return [row["created_at"] for row in rows]
-
-
-async def insert_request(
+async def limit_edges(
     conn: Connection,
-    request_id: uuid.UUID,
     phone_number: str,
-    code_hash: bytes,
-    *,
-    created_at: datetime,
-    expires_at: datetime,
-    ip_address: str | None,
-) -> None:
+    ip_network: str | None,
+    limits: SignInLimits,
+    now: datetime,
+) -> LimitEdges:
+    """Where each limit of a new request of this phone, from this network, stands at ``now``."""
+    row = await conn.fetchrow(
+        sql.SIGN_IN_REQUEST_LIMIT_EDGES,
+        phone_number,
+        now - limits.per_phone.window,
+        limits.per_phone.count - 1,
+        ip_network,
+        now - limits.per_address.window,
+        limits.per_address.count - 1,
+        now - limits.service.window,
+        limits.service.count - 1,
+    )
+    assert row is not None  # a select without FROM has exactly one row
+    return LimitEdges(phone=row["phone"], address=row["address"], service=row["service"])
+
+
+@dataclass(frozen=True)
+class NewRequest:
+    id: uuid.UUID
+    phone_number: str
+    code_hash: bytes
+    created_at: datetime
+    expires_at: datetime
+    ip_address: str | None
+    ip_network: str | None
+
+
+async def insert_request(conn: Connection, request: NewRequest) -> None:
     await conn.execute(
         sql.INSERT_SIGN_IN_REQUEST,
-        request_id,
-        phone_number,
-        code_hash,
-        created_at,
-        expires_at,
-        ip_address,
+        request.id,
+        request.phone_number,
+        request.code_hash,
+        request.created_at,
+        request.expires_at,
+        request.ip_address,
+        request.ip_network,
     )
+
+
+async def delete_unsent_request(conn: Connection, request_id: uuid.UUID) -> None:
+    await conn.execute(sql.DELETE_UNSENT_SIGN_IN_REQUEST, request_id)
 
 
 async def confirm_request(

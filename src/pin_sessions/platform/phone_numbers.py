@@ -4,3 +4,8 @@ from __future__ import annotations
 
 # "+", a non-zero country code digit, 7 to 15 digits in all (ITU-T E.164).
 E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
+
+
+def masked_phone_number(number: str) -> str:
+    """The number as a log line may show it (SPEC §7): its last 2 digits, the rest starred."""
+    return "*" * max(0, len(number) - 2) + number[-2:]

@@ -28,7 +28,7 @@ from pin_sessions.platform.phone_numbers import E164_PATTERN
 # Name → media type of every file the router serves; nothing else under static/ is reachable.
 STATIC_FILES = {
     "pin-tracker.js": "text/javascript; charset=utf-8",
-    "dev-sign-in.js": "text/javascript; charset=utf-8",
+    "sign-in.js": "text/javascript; charset=utf-8",
     "dev-stats.js": "text/javascript; charset=utf-8",
     "charts.js": "text/javascript; charset=utf-8",
     "demo.js": "text/javascript; charset=utf-8",

@@ -14,7 +14,7 @@ rotate`` and a first signer take), deciding with the run's ``now``
   token lifetime, plus the tolerated clock skew, after it retired).
 
 Two instances at once create one key: the second waits for the lock and then finds the
-first one's key; the partial unique indexes of migration 0011 would make a second insert
+first one's key; the partial unique indexes of migration 0012 would make a second insert
 a no-op all the same.
 """
 

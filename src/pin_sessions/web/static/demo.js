@@ -1,8 +1,10 @@
 // The demo page: one tracker for the page, exposed as `window.pinTracker` for the console.
 import { createTracker } from "/static/pin-tracker.js";
-import { logout, signInWithDevCode } from "/static/dev-sign-in.js";
+import { logout, mountSignIn } from "/static/sign-in.js";
 
 const TOKENS_KEY = "pin.demo.tokens";
+// The number the development sign-in uses when none is typed.
+const DEVELOPER_PHONE = "+15550100200";
 const PROPERTIES = [
   { id: "0b7f8c3e-6a52-4c1e-9d1a-5f0c2a7e4b11", name: "Riverside flat" },
   { id: "5d2e9a40-1f3b-4e8c-a6d7-2b9c4e1f8a22", name: "Harbour office" },
@@ -35,7 +37,7 @@ function showState() {
   $("pending").textContent = String(stats.pending);
   $("network").textContent = navigator.onLine ? "online" : "offline";
   const signedIn = sessionStorage.getItem(TOKENS_KEY) !== null;
-  $("sign-in").hidden = signedIn;
+  $("sign-in-forms").hidden = signedIn;
   $("sign-out").hidden = !signedIn;
 }
 
@@ -66,21 +68,26 @@ function renderProperties() {
   $("properties").append(close);
 }
 
-async function signIn(event) {
-  event.preventDefault();
-  $("status").textContent = "Signing in…";
-  try {
-    await tracker.start(); // the AnonymousId must exist before confirm, to link this device
-    const tokens = await signInWithDevCode($("phone").value.trim(), {
-      anonymousId: tracker.anonymousId,
-    });
-    sessionStorage.setItem(TOKENS_KEY, JSON.stringify(tokens));
-    const linked = await tracker.link(tokens.accessToken);
-    $("status").textContent = linked ? "Signed in; the session is linked." : "Signed in, not linked.";
-  } catch (error) {
-    $("status").textContent = error.message;
-  }
-  showState();
+function say(message, { error = false } = {}) {
+  $("status").textContent = message;
+  $("status").classList.toggle("error", error);
+}
+
+function mountDemoSignIn() {
+  mountSignIn({
+    say,
+    developerPhone: DEVELOPER_PHONE,
+    anonymousId: async () => {
+      await tracker.start(); // the AnonymousId must exist before confirm, to link this device
+      return tracker.anonymousId;
+    },
+    onSignedIn: async (tokens) => {
+      sessionStorage.setItem(TOKENS_KEY, JSON.stringify(tokens));
+      const linked = await tracker.link(tokens.accessToken);
+      say(linked ? "Signed in; the session is linked." : "Signed in, not linked.");
+      showState();
+    },
+  });
 }
 
 async function signOut() {
@@ -88,11 +95,11 @@ async function signOut() {
   sessionStorage.removeItem(TOKENS_KEY);
   if (tokens) await logout(tokens.accessToken).catch(() => {});
   await tracker.reset();
-  $("status").textContent = "Signed out; a new guest session started.";
+  say("Signed out; a new guest session started.");
   showState();
 }
 
-$("sign-in-form").addEventListener("submit", signIn);
+mountDemoSignIn();
 $("sign-out").addEventListener("click", signOut);
 renderProperties();
 showState();

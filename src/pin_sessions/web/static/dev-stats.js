@@ -1,8 +1,10 @@
 // The dev-stats dashboard: signs a developer in, reads the summary, draws three charts.
 import { donut, formatDuration, horizontalBars, stackedBars } from "/static/charts.js";
-import { ApiError, logout, refreshTokens, requestJson, signInWithDevCode } from "/static/dev-sign-in.js";
+import { ApiError, logout, mountSignIn, refreshTokens, requestJson } from "/static/sign-in.js";
 
 const TOKENS_KEY = "pin.devStats.tokens";
+// The number "Sign in as developer" uses when none is typed.
+const DEVELOPER_PHONE = "+15550100100";
 const DAY_MS = 24 * 60 * 60 * 1000;
 const params = new URLSearchParams(location.search);
 // New sessions reach the summary as they close, so the page re-reads it now and then.
@@ -155,26 +157,19 @@ function dayOf(row) {
   return String(row.day ?? row.date ?? "").slice(0, 10);
 }
 
-async function signIn(event) {
-  event.preventDefault();
-  const phoneNumber = $("phone").value.trim();
-  $("sign-in").disabled = true;
-  say("Signing in…");
-  try {
-    try {
-      await requestJson("/dev/dev-stats/viewers", { method: "POST", body: { phoneNumber } });
-    } catch (error) {
-      // Not a development server: the user may still hold the permission already.
-      if (!(error instanceof ApiError) || error.status !== 404) throw error;
-    }
-    const tokens = await signInWithDevCode(phoneNumber);
-    saveTokens({ accessToken: tokens.accessToken, refreshToken: tokens.refreshToken });
-    await load();
-  } catch (error) {
-    say(error.message, { error: true });
-  } finally {
-    $("sign-in").disabled = false;
-  }
+function mountDashboardSignIn() {
+  mountSignIn({
+    say,
+    developerPhone: DEVELOPER_PHONE,
+    // Development only (the button shows where PIN_DEV_CODES=1): let this number's user read
+    // the dashboard before it signs in.
+    beforeDeveloperSignIn: (phoneNumber) =>
+      requestJson("/dev/dev-stats/viewers", { method: "POST", body: { phoneNumber } }),
+    onSignedIn: async (tokens) => {
+      saveTokens({ accessToken: tokens.accessToken, refreshToken: tokens.refreshToken });
+      await load();
+    },
+  });
 }
 
 async function signOut() {
@@ -185,7 +180,7 @@ async function signOut() {
   showSignIn("Signed out.");
 }
 
-$("sign-in-form").addEventListener("submit", signIn);
+mountDashboardSignIn();
 $("range-form").addEventListener("submit", (event) => {
   event.preventDefault();
   load();
