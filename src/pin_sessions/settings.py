@@ -350,11 +350,6 @@ class Settings(BaseSettings):
         return self.jwt_secret is not None
 
     @property
-    def public_url_is_unset_in_prod(self) -> bool:
-        """Prod without ``PIN_PUBLIC_URL``: every token would name a loopback address as issuer."""
-        return self.env is Environment.PROD and "public_url" not in self.model_fields_set
-
-    @property
     def secret_key_is_short(self) -> bool:
         """A configured secret under 32 characters: less than the 256 bits the derived keys have."""
         secret = self.master_secret

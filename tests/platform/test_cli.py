@@ -140,7 +140,6 @@ def test_a_short_secret_under_its_old_name_starts_with_warnings_that_keep_it_sec
     assert warnings == [
         "PIN_JWT_SECRET is deprecated: set PIN_SECRET_KEY instead",
         "PIN_SECRET_KEY is shorter than recommended",
-        "PIN_PUBLIC_URL is unset: tokens name the default as issuer",
     ]
     assert secret not in err
 

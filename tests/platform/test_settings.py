@@ -177,19 +177,6 @@ def test_the_deprecated_pin_jwt_secret_still_serves_as_the_secret_key() -> None:
     assert not load_settings({**environ, "PIN_SECRET_KEY": "n" * 40}).reads_deprecated_secret_name
 
 
-def test_prod_without_a_public_url_is_flagged_for_a_warning_at_start() -> None:
-    environ = {
-        "PIN_ENV": "prod",
-        "PIN_DATABASE_URL": "postgresql://db/pin",
-        "PIN_SECRET_KEY": "x",
-        **CONFIGURED_GATEWAY,
-    }
-    assert load_settings(environ).public_url_is_unset_in_prod
-    public = {**environ, "PIN_PUBLIC_URL": "https://sessions.example.com"}
-    assert not load_settings(public).public_url_is_unset_in_prod
-    assert not load_settings({}).public_url_is_unset_in_prod  # dev: the default is right
-
-
 @pytest.mark.parametrize(
     ("value", "message"),
     [

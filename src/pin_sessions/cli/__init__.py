@@ -49,10 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "PIN_SECRET_KEY is shorter than recommended",
             recommendedLength=RECOMMENDED_SECRET_KEY_LENGTH,
         )
-    if settings.public_url_is_unset_in_prod:
-        log.warning(
-            "PIN_PUBLIC_URL is unset: tokens name the default as issuer", issuer=settings.public_url
-        )
     command: Command = args.run
     try:
         return command(settings, args)
