@@ -381,7 +381,7 @@ def api_server(dsn: str) -> Iterator[tuple[str, dict[str, str]]]:
             **os.environ,
             "PIN_DATABASE_URL": dsn,
             "PIN_DATA_DIR": data_dir,
-            "PIN_JWT_SECRET": "b" * 48,
+            "PIN_SECRET_KEY": "b" * 48,
             "PIN_DEV_CODES": "1",
         }
         port = free_port()

@@ -350,7 +350,7 @@ def _servers(dsn: str, workers: int) -> Iterator[tuple[int, int]]:
     api_env = {
         "PIN_DATABASE_URL": dsn,
         "PIN_DATA_DIR": data_dir,
-        "PIN_JWT_SECRET": "b" * 48,
+        "PIN_SECRET_KEY": "b" * 48,
         "PIN_LOG_LEVEL": "info",
     }
     baseline_env = {

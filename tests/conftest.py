@@ -20,7 +20,7 @@ from pin_sessions.settings import Settings, load_settings
 from tests.support.http import LiveServer, in_process
 from tests.support.postgres import DatabaseFactory, test_server
 
-TEST_JWT_SECRET = "test-secret-that-is-long-enough-for-hs256-signing"
+TEST_SECRET_KEY = "test-secret-key-long-enough-for-every-derived-key"
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
@@ -71,7 +71,7 @@ def settings_env(tmp_path: Path, database_url: str) -> dict[str, str]:
     return {
         "PIN_DATABASE_URL": database_url,
         "PIN_DATA_DIR": str(tmp_path / "data"),
-        "PIN_JWT_SECRET": TEST_JWT_SECRET,
+        "PIN_SECRET_KEY": TEST_SECRET_KEY,
     }
 
 

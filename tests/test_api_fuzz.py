@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 import hypothesis
@@ -30,10 +30,11 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from pin_sessions.platform.auth import TokenCodec
+from pin_sessions.bootstrap import build_runtime
 from pin_sessions.platform.database import Database
 from pin_sessions.settings import Settings
 from tests.conftest import T0
+from tests.support.tokens import Tokens
 from tests.support.users import signed_in_user
 
 PERMISSIONS = ("dev-stats.view", "user-activity.history.view-by-user")
@@ -52,6 +53,7 @@ DERANDOMIZE = os.environ.get("PIN_FUZZ_RANDOM") != "1"
 FUZZ_EXAMPLES = int(os.environ.get("PIN_FUZZ_EXAMPLES", "12"))
 
 Credentials = Callable[[], dict[str, str]]
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -60,9 +62,16 @@ def settings_env(settings_env: dict[str, str]) -> dict[str, str]:
     return {**settings_env, "PIN_DEV_CODES": "1"}
 
 
-def _codec(settings: Settings) -> TokenCodec:
-    assert settings.jwt_secret is not None
-    return TokenCodec(settings.jwt_secret.get_secret_value().encode())
+async def _with_tokens(
+    settings: Settings, database_url: str, use: Callable[[Tokens], Awaitable[T]]
+) -> T:
+    """``use`` with tokens minted by the test database's Current key."""
+    runtime = build_runtime(settings, database_url, database=Database(database_url, max_size=1))
+    await runtime.database.open()
+    try:
+        return await use(Tokens.of(runtime))
+    finally:
+        await runtime.database.close()
 
 
 def test_every_operation_answers_as_documented_to_a_caller_without_credentials(
@@ -79,9 +88,12 @@ def test_every_operation_answers_as_documented_to_a_signed_in_user(
 
 
 def test_every_operation_answers_as_documented_to_a_service(
-    settings: Settings, api_url: str
+    settings: Settings, database_url: str, api_url: str
 ) -> None:
-    token = _codec(settings).issue_m2m_token("fuzz", INTERNAL_SCOPES, now=T0)
+    async def mint(tokens: Tokens) -> str:
+        return await tokens.m2m("fuzz", INTERNAL_SCOPES, now=T0)
+
+    token = asyncio.run(_with_tokens(settings, database_url, mint))
     _fuzz_every_operation(api_url, lambda: {"Authorization": f"Bearer {token}"})
 
 
@@ -96,17 +108,12 @@ def _fuzz_every_operation(api_url: str, credentials: Credentials) -> None:
 
 
 def _user_headers(settings: Settings, database_url: str, api_url: str) -> dict[str, str]:
-    async def sign_in() -> dict[str, str]:
-        database = Database(database_url, max_size=1)
-        await database.open()
-        try:
-            async with database.transaction() as conn:
-                user = await signed_in_user(conn, _codec(settings), now=T0, permissions=PERMISSIONS)
-        finally:
-            await database.close()
+    async def sign_in(tokens: Tokens) -> dict[str, str]:
+        async with tokens.database.transaction() as conn:
+            user = await signed_in_user(conn, tokens.signer, now=T0, permissions=PERMISSIONS)
         return user.headers
 
-    headers = asyncio.run(sign_in())
+    headers = asyncio.run(_with_tokens(settings, database_url, sign_in))
     started = httpx.post(f"{api_url}/api/user-activity/sessions/start", headers=headers)
     assert started.status_code == 200, started.text
     return {**headers, "X-Anonymous-Id": started.json()["anonymousId"]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -19,19 +20,25 @@ from prometheus_client import CollectorRegistry
 from pin_sessions.dev_stats import routes as dev_stats_routes
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.identity import http as identity_http
+from pin_sessions.identity import oauth_http
+from pin_sessions.identity.clients import DisabledClients, ServiceClients
 from pin_sessions.identity.codes import DEV_CODE_KEY_PURPOSE, DevCodes
 from pin_sessions.identity.domain import SignInLimits
-from pin_sessions.identity.jobs import expire_sessions, session_retention
+from pin_sessions.identity.jobs import expire_sessions, session_retention, signing_keys
+from pin_sessions.identity.keys import KeyCipher, PublishedKeys, SigningKeyOperations
 from pin_sessions.identity.liveness import RefreshSessionLiveness
+from pin_sessions.identity.oauth import OAuthServer
 from pin_sessions.identity.operations import IdentityOperations, random_code
+from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.identity.sms import build_code_sender
-from pin_sessions.platform.auth import Authenticator, TokenCodec
+from pin_sessions.platform.auth import Authenticator
 from pin_sessions.platform.clock import Clock, SystemClock
 from pin_sessions.platform.database import Bounds, Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.jobs import Job, PollingWorker
+from pin_sessions.platform.key_set import KeySet
 from pin_sessions.platform.messaging.kafka import KafkaConsumer
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.pgbus import PostgresBusConsumer
@@ -42,7 +49,8 @@ from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
-from pin_sessions.settings import JobSettings, Settings
+from pin_sessions.platform.tokens import ACCESS_TOKEN_TTL, TokenVerifier
+from pin_sessions.settings import PollingSettings, Settings
 from pin_sessions.user_activity import http as user_activity_http
 from pin_sessions.user_activity import internal_http as user_activity_internal_http
 from pin_sessions.user_activity.consumers import SignedInConsumer
@@ -144,15 +152,47 @@ def worker_database(settings: Settings, dsn: str, *, max_size: int | None = None
     )
 
 
-def build_token_codec(runtime: Runtime) -> TokenCodec:
-    return TokenCodec(runtime.secrets.jwt_key)
+def build_key_cipher(runtime: Runtime) -> KeyCipher:
+    """Seals and opens the signing keys' private halves under a key of the master secret."""
+    return KeyCipher(runtime.secrets)
 
 
-def build_authenticator(runtime: Runtime) -> Authenticator:
-    """Bearer authentication for every context; identity answers whether a session is live."""
-    return Authenticator(
-        build_token_codec(runtime), RefreshSessionLiveness(runtime.database), runtime.clock
+def build_token_signer(runtime: Runtime) -> TokenSigner:
+    """Mints every token with the Current signing key, as ``PIN_PUBLIC_URL``."""
+    settings = runtime.settings
+    return TokenSigner(
+        build_key_cipher(runtime), settings.public_url, m2m_token_ttl=settings.m2m_token_ttl
     )
+
+
+def build_key_set(runtime: Runtime) -> KeySet:
+    """The process's cache of the published keys: one per process, on its registry."""
+    return KeySet(PublishedKeys(runtime.database), runtime.registry)
+
+
+def build_authenticator(runtime: Runtime, key_set: KeySet) -> Authenticator:
+    """Bearer authentication for every context; identity answers for sessions and clients."""
+    return Authenticator(
+        TokenVerifier(key_set, runtime.settings.public_url),
+        RefreshSessionLiveness(runtime.database),
+        DisabledClients(runtime.database),
+        runtime.clock,
+    )
+
+
+def build_oauth_server(runtime: Runtime, key_set: KeySet) -> OAuthServer:
+    """The token, introspection and metadata endpoints' use cases."""
+    return OAuthServer(
+        runtime.database,
+        ServiceClients(runtime.database),
+        build_token_signer(runtime),
+        TokenVerifier(key_set, runtime.settings.public_url),
+        RefreshSessionLiveness(runtime.database),
+    )
+
+
+def build_signing_key_operations(runtime: Runtime) -> SigningKeyOperations:
+    return SigningKeyOperations(runtime.database, build_key_cipher(runtime))
 
 
 def build_identity_operations(runtime: Runtime) -> IdentityOperations:
@@ -163,7 +203,7 @@ def build_identity_operations(runtime: Runtime) -> IdentityOperations:
     return IdentityOperations(
         runtime.database,
         runtime.secrets,
-        build_token_codec(runtime),
+        build_token_signer(runtime),
         build_code_sender(settings.sms, runtime.registry),
         refresh_reuse_interval=settings.refresh_reuse_interval,
         limits=SignInLimits.of(settings.sign_in.per_ip_limit, settings.sign_in.global_limit),
@@ -178,12 +218,12 @@ def build_dev_codes(runtime: Runtime) -> DevCodes | None:
     return DevCodes(runtime.database, runtime.secrets.derived_key(DEV_CODE_KEY_PURPOSE))
 
 
-def build_http_services(runtime: Runtime) -> HttpServices:
+def build_http_services(runtime: Runtime, key_set: KeySet | None = None) -> HttpServices:
     """What every context's routes may ask for (``platform.http.dependencies``)."""
     return HttpServices(
         database=runtime.database,
         clock=runtime.clock,
-        authenticator=build_authenticator(runtime),
+        authenticator=build_authenticator(runtime, key_set or build_key_set(runtime)),
         trusted_proxies=runtime.settings.trusted_proxies,
     )
 
@@ -198,11 +238,15 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         user_activity_http.router,
         user_activity_internal_http.router,
         identity_http.router,
+        oauth_http.router,
         dev_stats_routes.router,
         web_http.router,
     ]
+    key_set = build_key_set(runtime)
     state: dict[str, object] = {
         "identity": build_identity_operations(runtime),
+        "oauth": build_oauth_server(runtime, key_set),
+        "key_set": key_set,
         "heartbeats": Heartbeats(runtime.database, runtime.registry),
     }
     if metrics_view is not None:
@@ -214,7 +258,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         state["dev_codes"] = dev_codes
     return create_http_app(
         runtime,
-        build_http_services(runtime),
+        build_http_services(runtime, key_set),
         routers,
         state=state,
         quiet_paths=user_activity_http.QUIET_PATHS,
@@ -223,7 +267,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
     )
 
 
-OptionsT = TypeVar("OptionsT", bound=JobSettings)
+OptionsT = TypeVar("OptionsT", bound=PollingSettings)
 
 
 def _job_worker(
@@ -244,6 +288,18 @@ def _job_worker(
     return worker
 
 
+def _signing_keys_worker(runtime: Runtime) -> PollingWorker[Any]:
+    """The rotation job: it seals new keys, and drops old ones after the longest token life."""
+    settings = runtime.settings
+    lifetime = max(ACCESS_TOKEN_TTL, settings.m2m_token_ttl)
+    build = functools.partial(
+        signing_keys.build_signing_keys_job,
+        cipher=build_key_cipher(runtime),
+        token_lifetime=lifetime,
+    )
+    return _job_worker(build, lambda settings: settings.signing_keys)(runtime)
+
+
 # `pin-sessions job NAME` builds one of these; `up` runs them all as roles.
 JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker[Any]]] = {
     "expire-sessions": _job_worker(
@@ -259,6 +315,7 @@ JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker[Any]]] = {
         activity_retention.build_activity_retention_job,
         lambda settings: settings.activity_retention,
     ),
+    "signing-keys": _signing_keys_worker,
 }
 
 

@@ -42,7 +42,10 @@ from pydantic_settings import (
 
 ENV_PREFIX = "PIN_"
 NESTED_DELIMITER = "__"
-RECOMMENDED_JWT_SECRET_LENGTH = 32
+RECOMMENDED_SECRET_KEY_LENGTH = 32
+DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
+# SPEC §8: how long anyone may cache the JWKS (its Cache-Control max-age).
+JWKS_MAX_AGE = timedelta(minutes=5)
 
 
 def _seconds_or_iso(value: Any) -> Any:
@@ -92,14 +95,19 @@ class _Group(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class JobSettings(_Group):
-    """What the job runner reads from every job's group: its cadence, batch and run budget.
+class PollingSettings(_Group):
+    """What the job runner reads from every job's group: its cadence."""
+
+    polling_interval: PositiveDuration
+
+
+class JobSettings(PollingSettings):
+    """A batch job's group: its cadence, batch and run budget.
 
     ``max_run_duration`` is a guard, not a deadline: it is read between batches, and
     what a run leaves is the next tick's.
     """
 
-    polling_interval: PositiveDuration
     batch_size: BatchSize
     max_run_duration: PositiveDuration
 
@@ -137,6 +145,24 @@ class ActivityRetentionSettings(JobSettings):
     batch_size: BatchSize = 1000
     max_run_duration: PositiveDuration = timedelta(minutes=10)
     age: PositiveDuration = timedelta(days=365)
+
+
+def _above_jwks_max_age(value: timedelta) -> timedelta:
+    """A key published no longer than a verifier may cache the JWKS could sign unseen."""
+    if value <= JWKS_MAX_AGE:
+        seconds = int(JWKS_MAX_AGE.total_seconds())
+        raise ValueError(f"must be above {seconds} seconds, the JWKS cache age")
+    return value
+
+
+class SigningKeysSettings(PollingSettings):
+    """SPEC §8: when the signing-keys job creates the next key and when that key signs."""
+
+    # Each pass is a few rows; a key waiting to sign is promoted within one interval.
+    polling_interval: PositiveDuration = timedelta(minutes=5)
+    rotate_after: PositiveDuration = timedelta(days=30)
+    # Above the JWKS document's max-age, so every verifier has the key before it signs.
+    publish_ahead: Annotated[Duration, AfterValidator(_above_jwks_max_age)] = timedelta(hours=1)
 
 
 class DatabaseSettings(_Group):
@@ -271,6 +297,16 @@ class LogFormat(StrEnum):
 IpNetwork = IPv4Network | IPv6Network
 
 
+def _public_url(value: str) -> str:
+    """``PIN_PUBLIC_URL``: an http(s) origin with an optional path, kept without a final slash."""
+    parsed = urlsplit(value.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError("must be an http:// or https:// URL such as https://sessions.example.com")
+    if parsed.query or parsed.fragment:
+        raise ValueError("must not have a query or a fragment")
+    return value.strip().rstrip("/")
+
+
 def _network_list(value: Any) -> Any:
     """``PIN_TRUSTED_PROXIES``: comma-separated or a JSON list of IPs and CIDRs.
 
@@ -393,7 +429,12 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = None
     data_dir: Path = Path(".pin")
     kafka_bootstrap_servers: str | None = None
+    secret_key: SecretStr | None = None
+    # The former name of secret_key, still read (with a warning at start) when it is unset.
     jwt_secret: SecretStr | None = None
+    # The issuer of every token (SPEC §3) and the base of the OAuth metadata's URLs.
+    public_url: Annotated[str, AfterValidator(_public_url)] = DEFAULT_PUBLIC_URL
+    m2m_token_ttl: PositiveDuration = timedelta(minutes=15)
     env: Environment = Environment.DEV
     refresh_reuse_interval: Annotated[Duration, AfterValidator(_not_negative)] = timedelta(
         seconds=10
@@ -410,6 +451,7 @@ class Settings(BaseSettings):
     session_retention: SessionRetentionSettings = SessionRetentionSettings()
     activity_closer: ActivityCloserSettings = ActivityCloserSettings()
     activity_retention: ActivityRetentionSettings = ActivityRetentionSettings()
+    signing_keys: SigningKeysSettings = SigningKeysSettings()
     database: DatabaseSettings = DatabaseSettings()
     http: HttpSettings = HttpSettings()
     sms: SmsSettings = SmsSettings()
@@ -417,19 +459,27 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
 
     @property
-    def jwt_secret_is_short(self) -> bool:
-        """A configured secret under 32 characters, HS256's 256-bit key (RFC 7518 §3.2)."""
-        return (
-            self.jwt_secret is not None
-            and len(self.jwt_secret.get_secret_value()) < RECOMMENDED_JWT_SECRET_LENGTH
-        )
+    def master_secret(self) -> SecretStr | None:
+        """``PIN_SECRET_KEY``, else the deprecated ``PIN_JWT_SECRET``; None: generate one (dev)."""
+        return self.secret_key or self.jwt_secret
+
+    @property
+    def reads_deprecated_secret_name(self) -> bool:
+        """``PIN_JWT_SECRET`` is set: it still works, and the start says it is deprecated."""
+        return self.jwt_secret is not None
+
+    @property
+    def secret_key_is_short(self) -> bool:
+        """A configured secret under 32 characters: less than the 256 bits the derived keys have."""
+        secret = self.master_secret
+        return secret is not None and len(secret.get_secret_value()) < RECOMMENDED_SECRET_KEY_LENGTH
 
     @model_validator(mode="after")
     def _prod_refuses_dev_defaults(self) -> Settings:
         if self.env is Environment.PROD:
             # SPEC §2 asks only that it be set; a short one is warned about at start.
-            if self.jwt_secret is None or not self.jwt_secret.get_secret_value():
-                raise _SettingError("jwt_secret", "is required when PIN_ENV=prod")
+            if self.master_secret is None or not self.master_secret.get_secret_value():
+                raise _SettingError("secret_key", "is required when PIN_ENV=prod")
             if self.database_url is None:
                 raise _SettingError(
                     "database_url", "is required when PIN_ENV=prod (no embedded PostgreSQL)"

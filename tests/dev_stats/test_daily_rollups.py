@@ -15,7 +15,7 @@ import asyncpg
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import build_token_codec
+from pin_sessions.bootstrap import build_token_signer
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.dev_stats.domain import SessionFact
 from pin_sessions.dev_stats.durations import (
@@ -118,7 +118,7 @@ async def _rollups(dsn: str) -> list[dict[str, Any]]:
 async def _summary(runtime: Runtime, http: httpx.AsyncClient) -> dict[str, Any]:
     async with runtime.database.transaction() as conn:
         viewer = await signed_in_user(
-            conn, build_token_codec(runtime), now=T0, permissions=["dev-stats.view"]
+            conn, build_token_signer(runtime), now=T0, permissions=["dev-stats.view"]
         )
     first = (T0 - timedelta(days=6)).date().isoformat()
     response = await http.get(

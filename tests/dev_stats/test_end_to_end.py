@@ -14,7 +14,7 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import JOB_WORKERS, build_token_codec
+from pin_sessions.bootstrap import JOB_WORKERS, build_token_signer
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
@@ -51,7 +51,7 @@ async def _summary(runtime: Runtime, http: httpx.AsyncClient) -> dict[str, objec
     async with runtime.database.transaction() as conn:
         viewer = await signed_in_user(
             conn,
-            build_token_codec(runtime),
+            build_token_signer(runtime),
             now=runtime.clock.now(),
             permissions=["dev-stats.view"],
         )

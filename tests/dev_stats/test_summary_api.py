@@ -8,7 +8,7 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import build_token_codec
+from pin_sessions.bootstrap import build_token_signer
 from pin_sessions.dev_stats.domain import SessionFact
 from pin_sessions.dev_stats.durations import MAX_RELATIVE_ERROR
 from pin_sessions.dev_stats.operations import record_session_ended
@@ -22,7 +22,7 @@ URL = "/api/dev-stats/sessions/summary"
 async def _viewer(runtime: Runtime, *permissions: str) -> SignedInUser:
     async with runtime.database.transaction() as conn:
         return await signed_in_user(
-            conn, build_token_codec(runtime), now=T0, permissions=permissions
+            conn, build_token_signer(runtime), now=T0, permissions=permissions
         )
 
 

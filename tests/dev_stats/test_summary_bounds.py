@@ -11,7 +11,7 @@ from datetime import date
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import build_token_codec
+from pin_sessions.bootstrap import build_token_signer
 from pin_sessions.dev_stats.domain import parse_period
 from pin_sessions.dev_stats.errors import SummaryPeriodInvalid
 from pin_sessions.platform.runtime import Runtime
@@ -40,7 +40,7 @@ async def test_a_period_outside_the_allowed_range_is_a_400_problem(
 ) -> None:
     async with runtime.database.transaction() as conn:
         viewer = await signed_in_user(
-            conn, build_token_codec(runtime), now=T0, permissions=["dev-stats.view"]
+            conn, build_token_signer(runtime), now=T0, permissions=["dev-stats.view"]
         )
 
     response = await http.get(URL, params=period, headers=viewer.headers)

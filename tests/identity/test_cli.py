@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import jwt
 
-from pin_sessions.platform.auth import MachinePrincipal, TokenCodec
-from tests.conftest import TEST_JWT_SECRET
 from tests.identity.flows import new_phone, refresh, sign_in
 from tests.support.processes import pin_sessions
+from tests.support.tokens import verified_claims
 
 MANAGER = "user-activity.history.view-by-user"
 
@@ -25,16 +23,14 @@ def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def _claims(token: str) -> dict[str, Any]:
-    claims: dict[str, Any] = jwt.decode(
-        token,
-        TEST_JWT_SECRET,
-        algorithms=["HS256"],
-        options={"verify_exp": False, "verify_iat": False},
-    )
+    """What a token says; these tests are about its content, its signature is checked elsewhere."""
+    claims: dict[str, Any] = jwt.decode(token, options={"verify_signature": False})
     return claims
 
 
-def test_token_m2m_prints_a_scoped_machine_token(settings_env: dict[str, str]) -> None:
+async def test_token_m2m_prints_a_scoped_machine_token(
+    settings_env: dict[str, str], http: httpx.AsyncClient
+) -> None:
     result = _run(
         "token",
         "m2m",
@@ -46,14 +42,26 @@ def test_token_m2m_prints_a_scoped_machine_token(settings_env: dict[str, str]) -
         env=settings_env,
     )
     assert result.returncode == 0, result.stderr
-    token = result.stdout.strip()
-    claims = _claims(token)
-    assert (claims["iss"], claims["sub"]) == ("pin-identity", "reports")
+    # Signed with the key the API publishes, as the token endpoint's tokens are.
+    claims = await verified_claims(http, result.stdout.strip(), audience="pin-internal")
+    assert (claims["iss"], claims["sub"], claims["client_id"]) == (
+        "http://127.0.0.1:8000",
+        "reports",
+        "reports",
+    )
     assert claims["scope"] == "admin user-activity.internal"
+    assert claims["exp"] - claims["iat"] == 15 * 60
     assert "sid" not in claims
-    issued_at = datetime.fromtimestamp(claims["iat"], UTC)
-    principal = TokenCodec(TEST_JWT_SECRET.encode()).decode(token, now=issued_at)
-    assert principal == MachinePrincipal("reports", frozenset({"admin", "user-activity.internal"}))
+
+
+def test_token_m2m_is_refused_in_prod(settings_env: dict[str, str]) -> None:
+    """SPEC §2: a development convenience; services use POST /oauth/token."""
+    env = {**settings_env, "PIN_ENV": "prod"}
+    del env["PIN_DEV_CODES"]  # refused in prod on its own
+    result = _run("token", "m2m", "--client", "reports", "--scope", "admin", env=env)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "refused when PIN_ENV=prod" in result.stderr
 
 
 def test_token_m2m_takes_scopes_from_every_scope_option(settings_env: dict[str, str]) -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import build_api, build_runtime, build_token_codec
+from pin_sessions.bootstrap import build_api, build_runtime, build_token_signer
 from pin_sessions.identity import domain
 from pin_sessions.identity.domain import SignInLimits
 from pin_sessions.identity.operations import CODE_KEY_PURPOSE, IdentityOperations
@@ -21,7 +21,7 @@ from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import SettingsError, load_settings
-from tests.conftest import T0, TEST_JWT_SECRET, LogCapture
+from tests.conftest import T0, TEST_SECRET_KEY, LogCapture
 from tests.identity.flows import dev_code, new_phone, problem_code, request_code
 from tests.support.http import LiveServer
 
@@ -46,7 +46,7 @@ async def test_the_sender_gets_the_code_that_only_its_hmac_is_stored_for(
     operations = IdentityOperations(
         runtime.database,
         runtime.secrets,
-        build_token_codec(runtime),
+        build_token_signer(runtime),
         sms,
         refresh_reuse_interval=runtime.settings.refresh_reuse_interval,
         limits=SignInLimits.of(per_ip_limit=20, global_limit=600),
@@ -127,7 +127,7 @@ def test_dev_codes_are_refused_in_prod(tmp_path: Path) -> None:
             {
                 "PIN_ENV": "prod",
                 "PIN_DEV_CODES": "1",
-                "PIN_JWT_SECRET": TEST_JWT_SECRET,
+                "PIN_SECRET_KEY": TEST_SECRET_KEY,
                 "PIN_DATABASE_URL": "postgresql://pin@db/pin",
                 "PIN_DATA_DIR": str(tmp_path),
             }

@@ -29,6 +29,13 @@ async def test_the_identity_tables_have_the_columns_of_the_spec(runtime: Runtime
         "last_used_at", "rotated_at", "replaced_by", "revoked_at", "revoked_reason",
         "device_user_agent", "device_ip", "version",
     }  # fmt: skip
+    assert columns["signing_keys"] >= {
+        "kid", "public_jwk", "private_key", "status", "created_at", "activated_at", "retired_at",
+    }  # fmt: skip
+    assert columns["clients"] >= {
+        "client_id", "name", "secret_hash", "scopes", "status", "created_at", "updated_at",
+        "version",
+    }  # fmt: skip
 
 
 async def test_the_partial_expiry_indexes_exist_with_their_predicates(runtime: Runtime) -> None:
@@ -55,3 +62,15 @@ async def test_the_retention_index_orders_terminal_refresh_sessions_by_creation(
         "'Revoked'::character varying, 'Expired'::character varying])::text[]))"
         in indexes["ix_refresh_sessions_retention_created_at"]
     )
+
+
+async def test_at_most_one_signing_key_is_current_and_one_is_next(runtime: Runtime) -> None:
+    """SPEC §8: many instances rotate at once; the indexes leave one winner whatever happens."""
+    async with runtime.database.connection() as conn:
+        indexes = {row["indexname"]: row["indexdef"] for row in await conn.fetch(SELECT_INDEXES)}
+    for name, status in (
+        ("ux_signing_keys_one_current", "Current"),
+        ("ux_signing_keys_one_next", "Next"),
+    ):
+        assert "UNIQUE" in indexes[name]
+        assert f"WHERE ((status)::text = '{status}'::text)" in indexes[name]

@@ -7,13 +7,11 @@ import uuid
 from datetime import timedelta
 
 import httpx
-import jwt
 
 from pin_sessions.identity.events import SESSION_REVOKED_TOPIC
-from pin_sessions.platform.auth import TokenCodec
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.runtime import Runtime
-from tests.conftest import T0, TEST_JWT_SECRET
+from tests.conftest import T0
 from tests.identity.flows import (
     DESKTOP_UA,
     IPHONE_UA,
@@ -25,6 +23,7 @@ from tests.identity.flows import (
     session_row,
     sign_in,
 )
+from tests.support.tokens import Tokens
 
 SESSIONS = "/api/identity/sessions"
 LOGOUT = "/api/identity/sessions/logout"
@@ -182,16 +181,9 @@ async def test_user_routes_refuse_missing_garbage_expired_and_foreign_tokens(
     http: httpx.AsyncClient, clock: FixedClock, runtime: Runtime
 ) -> None:
     tokens = await sign_in(http)
-    foreign = jwt.encode(
-        jwt.decode(
-            tokens["accessToken"],
-            TEST_JWT_SECRET,
-            algorithms=["HS256"],
-            options={"verify_exp": False, "verify_iat": False},
-        ),
-        "another-secret-that-is-long-enough-for-hs256",
-        algorithm="HS256",
-    )
+    minted = Tokens.of(runtime)
+    user_id, session_id = uuid.UUID(tokens["userId"]), uuid.UUID(tokens["sessionId"])
+    foreign = await minted.forged_access(user_id, session_id, now=T0)
     for headers in (
         {},
         {"Authorization": "Bearer not.a.jwt"},
@@ -201,7 +193,7 @@ async def test_user_routes_refuse_missing_garbage_expired_and_foreign_tokens(
         for method, path in (("GET", SESSIONS), ("POST", LOGOUT), ("DELETE", SESSIONS)):
             response = await http.request(method, path, headers=headers)
             assert response.status_code == 401, (headers, path)
-    m2m = TokenCodec(runtime.secrets.jwt_key).issue_m2m_token("svc", ["admin"], now=T0)
+    m2m = await minted.m2m("svc", ["admin"], now=T0)
     for method, path in (("GET", SESSIONS), ("POST", LOGOUT), ("DELETE", SESSIONS)):
         response = await http.request(method, path, headers={"Authorization": f"Bearer {m2m}"})
         assert (response.status_code, response.json()["code"]) == (401, "AUTH_USER_TOKEN_REQUIRED")

@@ -15,7 +15,7 @@ import pytest
 from pin_sessions.identity.events import SIGN_INS_TOPIC
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.runtime import Runtime
-from tests.conftest import T0, TEST_JWT_SECRET
+from tests.conftest import T0
 from tests.identity.flows import (
     confirm,
     dev_code,
@@ -27,6 +27,7 @@ from tests.identity.flows import (
     sign_in,
     wrong,
 )
+from tests.support.tokens import verified_claims
 
 REQUESTS = "/api/identity/sign-in/requests"
 
@@ -166,10 +167,9 @@ async def test_confirm_creates_the_user_opens_a_session_and_emits_a_sign_in_even
         "refreshToken",
         "refreshTokenExpiresAt",
     }
-    claims = jwt.decode(
-        tokens["accessToken"], TEST_JWT_SECRET, algorithms=["HS256"], options={"verify_exp": False}
-    )
-    assert claims["iss"] == "pin-identity"
+    claims = await verified_claims(http, tokens["accessToken"], audience="pin-api")
+    assert jwt.get_unverified_header(tokens["accessToken"])["typ"] == "at+jwt"
+    assert claims["iss"] == "http://127.0.0.1:8000"
     assert claims["sub"] == tokens["userId"] and claims["sid"] == tokens["sessionId"]
     assert claims["exp"] - claims["iat"] == 15 * 60
     async with runtime.database.connection() as conn:

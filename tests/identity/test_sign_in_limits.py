@@ -20,7 +20,7 @@ from pin_sessions.identity.domain import SignInLimits
 from pin_sessions.identity.sql import SIGN_IN_REQUEST_LIMIT_EDGES
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.runtime import Runtime
-from tests.conftest import TEST_JWT_SECRET
+from tests.conftest import TEST_SECRET_KEY
 from tests.identity.conftest import ApiWith
 from tests.identity.flows import new_phone, problem_code
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
@@ -148,7 +148,7 @@ GLOBAL_LIMIT = 10
 def api_processes(settings_env: dict[str, str], tmp_path: Path) -> Iterator[list[str]]:
     env = {
         **settings_env,
-        "PIN_JWT_SECRET": TEST_JWT_SECRET,
+        "PIN_SECRET_KEY": TEST_SECRET_KEY,
         "PIN_SIGN_IN__PER_IP_LIMIT": str(PER_IP_LIMIT),
         "PIN_SIGN_IN__GLOBAL_LIMIT": str(GLOBAL_LIMIT),
     }

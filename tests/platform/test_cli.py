@@ -11,7 +11,7 @@ import pytest
 
 from pin_sessions.cli.up import with_up_defaults
 from pin_sessions.settings import load_settings
-from tests.conftest import TEST_JWT_SECRET
+from tests.conftest import TEST_SECRET_KEY
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
 from tests.support.sms_gateways import CONFIGURED_GATEWAY
 
@@ -32,7 +32,7 @@ def test_up_serves_readyz_then_stops_on_sigint(database_url: str, tmp_path: Path
         env={
             "PIN_DATABASE_URL": database_url,
             "PIN_DATA_DIR": str(tmp_path),
-            "PIN_JWT_SECRET": TEST_JWT_SECRET,
+            "PIN_SECRET_KEY": TEST_SECRET_KEY,
         },
     )
     wait_until_ready(f"http://127.0.0.1:{port}", process)
@@ -77,7 +77,7 @@ def test_up_on_embedded_postgres_keeps_data_and_refuses_a_second_up(tmp_path: Pa
         ({"PIN_DEV_CODES": "0"}, False),
         ({"PIN_DEV_CODES": "1"}, True),
         (
-            {"PIN_ENV": "prod", "PIN_JWT_SECRET": "x" * 40, "PIN_DATABASE_URL": "postgresql://db"},
+            {"PIN_ENV": "prod", "PIN_SECRET_KEY": "x" * 40, "PIN_DATABASE_URL": "postgresql://db"},
             False,
         ),
     ],
@@ -115,7 +115,7 @@ def test_a_duration_out_of_range_exits_2_naming_the_variable(
     assert err.strip() == f"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL {rule}"
 
 
-def test_a_short_secret_in_prod_starts_with_a_warning_that_keeps_it_secret(
+def test_a_short_secret_under_its_old_name_starts_with_warnings_that_keep_it_secret(
     database_url: str, tmp_path: Path
 ) -> None:
     secret = "short-but-set"
@@ -132,12 +132,15 @@ def test_a_short_secret_in_prod_starts_with_a_warning_that_keeps_it_secret(
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert out.strip() == '{"applied": []}'
-    [warning] = [
-        event
+    warnings = [
+        event["event"]
         for event in map(json.loads, filter(None, err.splitlines()))
         if event.get("level") == "warning"
     ]
-    assert warning["event"] == "PIN_JWT_SECRET is shorter than recommended for HS256"
+    assert warnings == [
+        "PIN_JWT_SECRET is deprecated: set PIN_SECRET_KEY instead",
+        "PIN_SECRET_KEY is shorter than recommended",
+    ]
     assert secret not in err
 
 

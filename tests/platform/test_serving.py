@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.conftest import TEST_JWT_SECRET
+from tests.conftest import TEST_SECRET_KEY
 from tests.identity.flows import new_phone
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
 from tests.support.raw_http import RawConnection
@@ -29,7 +29,7 @@ def _env(database_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
     return {
         "PIN_DATABASE_URL": database_url,
         "PIN_DATA_DIR": str(tmp_path / "data"),
-        "PIN_JWT_SECRET": TEST_JWT_SECRET,
+        "PIN_SECRET_KEY": TEST_SECRET_KEY,
         "PIN_LOG_FORMAT": "json",
         **extra,
     }

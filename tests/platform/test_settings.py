@@ -116,19 +116,23 @@ def test_durations_accept_seconds_and_iso_8601(raw: str, expected: timedelta) ->
             "PIN_EXPIRE_SESSIONS__POLLING_INTERVAL is too long for a duration",
         ),
         ({"PIN_ENV": "staging"}, "PIN_ENV "),
-        ({"PIN_ENV": "prod"}, "PIN_JWT_SECRET is required when PIN_ENV=prod"),
         (
-            {"PIN_ENV": "prod", "PIN_JWT_SECRET": "x" * 40},
+            {"PIN_SIGNING_KEYS__PUBLISH_AHEAD": "PT5M"},
+            "PIN_SIGNING_KEYS__PUBLISH_AHEAD must be above 300 seconds, the JWKS cache age",
+        ),
+        ({"PIN_ENV": "prod"}, "PIN_SECRET_KEY is required when PIN_ENV=prod"),
+        (
+            {"PIN_ENV": "prod", "PIN_SECRET_KEY": "x" * 40},
             "PIN_DATABASE_URL is required when PIN_ENV=prod",
         ),
         (
-            {"PIN_ENV": "prod", "PIN_JWT_SECRET": "", "PIN_DATABASE_URL": "postgresql://db/pin"},
-            "PIN_JWT_SECRET is required when PIN_ENV=prod",
+            {"PIN_ENV": "prod", "PIN_SECRET_KEY": "", "PIN_DATABASE_URL": "postgresql://db/pin"},
+            "PIN_SECRET_KEY is required when PIN_ENV=prod",
         ),
         (
             {
                 "PIN_ENV": "prod",
-                "PIN_JWT_SECRET": "x" * 40,
+                "PIN_SECRET_KEY": "x" * 40,
                 "PIN_DATABASE_URL": "postgresql://db/pin",
                 "PIN_DEV_CODES": "1",
             },
@@ -147,7 +151,7 @@ def test_prod_accepts_a_complete_configuration() -> None:
     settings = load_settings(
         {
             "PIN_ENV": "prod",
-            "PIN_JWT_SECRET": "x" * 40,
+            "PIN_SECRET_KEY": "x" * 40,
             "PIN_DATABASE_URL": "postgresql://db/pin",
             **CONFIGURED_GATEWAY,
         }
@@ -157,10 +161,56 @@ def test_prod_accepts_a_complete_configuration() -> None:
 
 def test_prod_accepts_any_non_empty_secret_and_flags_a_short_one() -> None:
     environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin", **CONFIGURED_GATEWAY}
-    short = load_settings({**environ, "PIN_JWT_SECRET": "x" * 31})
-    long_enough = load_settings({**environ, "PIN_JWT_SECRET": "x" * 32})
-    assert (short.jwt_secret_is_short, long_enough.jwt_secret_is_short) == (True, False)
-    assert load_settings({}).jwt_secret_is_short is False
+    short = load_settings({**environ, "PIN_SECRET_KEY": "x" * 31})
+    long_enough = load_settings({**environ, "PIN_SECRET_KEY": "x" * 32})
+    assert (short.secret_key_is_short, long_enough.secret_key_is_short) == (True, False)
+    assert load_settings({}).secret_key_is_short is False
+
+
+def test_the_deprecated_pin_jwt_secret_still_serves_as_the_secret_key() -> None:
+    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin", **CONFIGURED_GATEWAY}
+    old = load_settings({**environ, "PIN_JWT_SECRET": "o" * 40})
+    assert old.master_secret is not None and old.master_secret.get_secret_value() == "o" * 40
+    assert old.reads_deprecated_secret_name
+    both = load_settings({**environ, "PIN_JWT_SECRET": "o" * 40, "PIN_SECRET_KEY": "n" * 40})
+    assert both.master_secret is not None and both.master_secret.get_secret_value() == "n" * 40
+    assert not load_settings({**environ, "PIN_SECRET_KEY": "n" * 40}).reads_deprecated_secret_name
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("sessions.example.com", "PIN_PUBLIC_URL must be an http:// or https:// URL"),
+        ("ftp://sessions.example.com", "PIN_PUBLIC_URL must be an http:// or https:// URL"),
+        ("https://", "PIN_PUBLIC_URL must be an http:// or https:// URL"),
+        ("https://sessions.example.com/?a=1", "PIN_PUBLIC_URL must not have a query"),
+    ],
+)
+def test_a_public_url_that_cannot_be_an_issuer_is_refused(value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message.replace("?", r"\?")):
+        load_settings({"PIN_PUBLIC_URL": value})
+
+
+def test_token_settings_default_to_spec_values_and_read_their_variables() -> None:
+    defaults = load_settings({})
+    assert defaults.public_url == "http://127.0.0.1:8000"
+    assert defaults.m2m_token_ttl == timedelta(minutes=15)
+    assert defaults.signing_keys.rotate_after == timedelta(days=30)
+    assert defaults.signing_keys.publish_ahead == timedelta(hours=1)
+    custom = load_settings(
+        {
+            "PIN_PUBLIC_URL": "https://sessions.example.com/auth/",
+            "PIN_M2M_TOKEN_TTL": "PT5M",
+            "PIN_SIGNING_KEYS__ROTATE_AFTER": "P7D",
+            "PIN_SIGNING_KEYS__PUBLISH_AHEAD": "600",
+        }
+    )
+    assert custom.public_url == "https://sessions.example.com/auth"
+    assert custom.m2m_token_ttl == timedelta(minutes=5)
+    assert custom.signing_keys.rotate_after == timedelta(days=7)
+    assert custom.signing_keys.publish_ahead == timedelta(minutes=10)
+    with pytest.raises(SettingsError, match="PIN_M2M_TOKEN_TTL must be > 0 seconds"):
+        load_settings({"PIN_M2M_TOKEN_TTL": "0"})
 
 
 def test_variables_of_other_programs_are_ignored() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pin_sessions.settings import SettingsError, SmsProvider, load_settings
-from tests.conftest import TEST_JWT_SECRET
+from tests.conftest import TEST_SECRET_KEY
 from tests.support.processes import pin_sessions
 from tests.support.sms_gateways import CONFIGURED_GATEWAY
 
@@ -22,7 +22,7 @@ TWILIO = {
 }
 PROD = {
     "PIN_ENV": "prod",
-    "PIN_JWT_SECRET": TEST_JWT_SECRET,
+    "PIN_SECRET_KEY": TEST_SECRET_KEY,
     "PIN_DATABASE_URL": "postgresql://db/pin",
 }
 

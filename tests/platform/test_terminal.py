@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import TEST_JWT_SECRET
+from tests.conftest import TEST_SECRET_KEY
 from tests.support.processes import PROJECT_ROOT, free_port
 from tests.support.waiting import wait_until_sync
 
@@ -107,7 +107,7 @@ def test_pin_log_format_json_keeps_json_lines_on_a_terminal(
         {
             "PIN_DATABASE_URL": database_url,
             "PIN_DATA_DIR": str(tmp_path / "data"),
-            "PIN_JWT_SECRET": TEST_JWT_SECRET,
+            "PIN_SECRET_KEY": TEST_SECRET_KEY,
             "PIN_LOG_FORMAT": "json",
         },
     )
@@ -129,7 +129,7 @@ def test_a_worker_role_on_a_terminal_prints_its_metrics_url_and_readable_lines(
         {
             "PIN_DATABASE_URL": database_url,
             "PIN_DATA_DIR": str(tmp_path / "data"),
-            "PIN_JWT_SECRET": TEST_JWT_SECRET,
+            "PIN_SECRET_KEY": TEST_SECRET_KEY,
         },
     )
     try:

@@ -39,7 +39,7 @@ import asyncpg
 import httpx
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from tests.conftest import TEST_JWT_SECRET
+from tests.conftest import TEST_SECRET_KEY
 from tests.support.kafka import TansuBroker
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
 from tests.support.waiting import wait_until, wait_until_sync
@@ -157,7 +157,7 @@ class Topology:
         self.env = {
             "PIN_DATABASE_URL": database_url,
             "PIN_DATA_DIR": str(workdir / "data"),
-            "PIN_JWT_SECRET": TEST_JWT_SECRET,
+            "PIN_SECRET_KEY": TEST_SECRET_KEY,
             "PIN_DEV_CODES": "1",
             "PIN_LOG_FORMAT": "json",
             "PIN_ACTIVITY_CLOSER__INACTIVITY_THRESHOLD": "3",

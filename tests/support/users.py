@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from pin_sessions.platform.auth import TokenCodec
+from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.platform.database import Connection
 from pin_sessions.platform.ids import new_id
 
@@ -43,7 +43,7 @@ class SignedInUser:
 
 async def signed_in_user(
     conn: Connection,
-    codec: TokenCodec,
+    signer: TokenSigner,
     *,
     now: datetime,
     permissions: Iterable[str] = (),
@@ -55,5 +55,5 @@ async def signed_in_user(
     await conn.execute(
         INSERT_SESSION, session_id, user_id, token_hash, now, now + timedelta(days=30)
     )
-    token, _ = codec.issue_access_token(user_id, session_id, now=now, permissions=permissions)
-    return SignedInUser(user_id, session_id, token)
+    access = await signer.access_token(conn, user_id, session_id, now=now, permissions=permissions)
+    return SignedInUser(user_id, session_id, access.token)

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from pin_sessions.identity.events import user_signed_in
-from pin_sessions.platform.auth import TokenCodec
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.outbox import IntegrationEvent
 from pin_sessions.platform.runtime import Runtime
+from tests.support.tokens import Tokens
 from tests.support.users import SignedInUser, signed_in_user
 
 UserFactory = Callable[..., Awaitable[SignedInUser]]
@@ -27,15 +27,17 @@ IPHONE = (
 
 
 @pytest.fixture
-def codec(runtime: Runtime) -> TokenCodec:
-    return TokenCodec(runtime.secrets.jwt_key)
+def tokens(runtime: Runtime) -> Tokens:
+    return Tokens.of(runtime)
 
 
 @pytest.fixture
-def new_user(runtime: Runtime, codec: TokenCodec, clock: FixedClock) -> UserFactory:
+def new_user(runtime: Runtime, tokens: Tokens, clock: FixedClock) -> UserFactory:
     async def create(permissions: Iterable[str] = ()) -> SignedInUser:
         async with runtime.database.transaction() as conn:
-            return await signed_in_user(conn, codec, now=clock.now(), permissions=permissions)
+            return await signed_in_user(
+                conn, tokens.signer, now=clock.now(), permissions=permissions
+            )
 
     return create
 

@@ -20,7 +20,6 @@ from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap import build_api, build_runtime
-from pin_sessions.platform.auth import TokenCodec
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.http.fast_path import FastPath
@@ -32,6 +31,7 @@ from pin_sessions.user_activity.domain import device_info
 from pin_sessions.user_activity.http import HEARTBEAT_PATH
 from tests.conftest import LogCapture
 from tests.support.http import in_process
+from tests.support.tokens import Tokens
 from tests.user_activity.conftest import UserFactory, device, sessions_of
 
 # Statement-level triggers fire for every UPDATE statement, even one that matched no row:
@@ -170,18 +170,15 @@ async def test_a_database_failure_is_a_problem_counted_and_logged_under_the_hear
     assert line["route"] == HEARTBEAT_PATH
 
 
-def _bad_authorization(kind: str, codec: TokenCodec, clock: FixedClock) -> str:
-    """An Authorization header the token check refuses without asking the database."""
+async def _bad_authorization(kind: str, tokens: Tokens, clock: FixedClock) -> str:
+    """An Authorization header the token check refuses by the token alone."""
     user_id, session_id = new_id(), new_id()
     if kind == "expired":
-        token, _ = codec.issue_access_token(
-            user_id, session_id, now=clock.now() - timedelta(hours=1)
-        )
+        token = await tokens.access(user_id, session_id, now=clock.now() - timedelta(hours=1))
     elif kind == "forged":
-        forger = TokenCodec(b"not-the-server-secret-but-long-enough-for-hs256")
-        token, _ = forger.issue_access_token(user_id, session_id, now=clock.now())
+        token = await tokens.forged_access(user_id, session_id, now=clock.now())
     elif kind == "service":
-        token = codec.issue_m2m_token("crm", ["user-activity.internal"], now=clock.now())
+        token = await tokens.m2m("crm", ["user-activity.internal"], now=clock.now())
     elif kind == "not bearer":
         return "Basic dXNlcjpwYXNz"
     else:
@@ -194,7 +191,7 @@ def _bad_authorization(kind: str, codec: TokenCodec, clock: FixedClock) -> str:
 async def test_a_bad_bearer_token_is_the_same_401_in_every_state_with_or_without_a_body(
     http: httpx.AsyncClient,
     runtime: Runtime,
-    codec: TokenCodec,
+    tokens: Tokens,
     clock: FixedClock,
     state: str,
     kind: str,
@@ -203,7 +200,10 @@ async def test_a_bad_bearer_token_is_the_same_401_in_every_state_with_or_without
     anonymous_id = await _active_device(runtime) if state == "active session" else new_id()
     before = await sessions_of(runtime, anonymous_id)
     clock.advance(timedelta(seconds=40))
-    headers = {**device(anonymous_id), "Authorization": _bad_authorization(kind, codec, clock)}
+    headers = {
+        **device(anonymous_id),
+        "Authorization": await _bad_authorization(kind, tokens, clock),
+    }
     bodiless = await http.post(HEARTBEAT_PATH, headers=headers)
     with_body = await http.post(HEARTBEAT_PATH, headers=headers, json={})
     assert bodiless.status_code == with_body.status_code == 401

@@ -8,12 +8,12 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from pin_sessions.platform.auth import TokenCodec
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity.closing import close_sessions
 from tests.conftest import T0
+from tests.support.tokens import Tokens
 from tests.user_activity.conftest import UserFactory, device
 
 START = "/api/user-activity/sessions/start"
@@ -138,7 +138,7 @@ async def test_history_never_shows_an_ip_address(
 
 
 async def test_the_manager_route_needs_the_permission(
-    http: httpx.AsyncClient, new_user: UserFactory, codec: TokenCodec
+    http: httpx.AsyncClient, new_user: UserFactory, tokens: Tokens
 ) -> None:
     subject = await new_user()
     await http.post(LINK, headers=device(new_id(), subject))
@@ -147,7 +147,7 @@ async def test_the_manager_route_needs_the_permission(
     plain = await new_user()
     denied = await http.get(path, headers=plain.headers)
     assert (denied.status_code, denied.json()["code"]) == (403, "AUTH_MISSING_PERMISSION")
-    machine = codec.issue_m2m_token("crm", ["user-activity.internal"], now=T0)
+    machine = await tokens.m2m("crm", ["user-activity.internal"], now=T0)
     assert (await http.get(path, headers=_bearer(machine))).status_code == 401
     manager = await new_user(permissions=[PERMISSION])
     allowed = await http.get(path, headers=manager.headers)
@@ -161,22 +161,22 @@ def _bearer(token: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("scope", ["user-activity.internal", "admin"])
 async def test_internal_user_history_accepts_its_scopes(
-    http: httpx.AsyncClient, new_user: UserFactory, codec: TokenCodec, scope: str
+    http: httpx.AsyncClient, new_user: UserFactory, tokens: Tokens, scope: str
 ) -> None:
     subject = await new_user()
     await http.post(LINK, headers=device(new_id(), subject))
-    token = codec.issue_m2m_token("svc", [scope], now=T0)
+    token = await tokens.m2m("svc", [scope], now=T0)
     response = await http.get(f"/internal/users/{subject.user_id}/sessions", headers=_bearer(token))
     assert response.status_code == 200
     assert len(response.json()["items"]) == 1
 
 
 async def test_internal_routes_refuse_everyone_else(
-    http: httpx.AsyncClient, new_user: UserFactory, codec: TokenCodec
+    http: httpx.AsyncClient, new_user: UserFactory, tokens: Tokens
 ) -> None:
     user = await new_user(permissions=[PERMISSION])
-    wrong_scope = _bearer(codec.issue_m2m_token("svc", ["dev-stats.read"], now=T0))
-    admin_only = _bearer(codec.issue_m2m_token("svc", ["admin"], now=T0))
+    wrong_scope = _bearer(await tokens.m2m("svc", ["dev-stats.read"], now=T0))
+    admin_only = _bearer(await tokens.m2m("svc", ["admin"], now=T0))
     link_path = f"/internal/sessions/{new_id()}/link"
     users_path = f"/internal/users/{user.user_id}/sessions"
     for path in (link_path, users_path):
@@ -188,9 +188,9 @@ async def test_internal_routes_refuse_everyone_else(
 
 
 async def test_the_internal_link_route_reports_the_devices_current_link(
-    http: httpx.AsyncClient, new_user: UserFactory, codec: TokenCodec
+    http: httpx.AsyncClient, new_user: UserFactory, tokens: Tokens
 ) -> None:
-    token = _bearer(codec.issue_m2m_token("favorites", ["user-activity.internal"], now=T0))
+    token = _bearer(await tokens.m2m("favorites", ["user-activity.internal"], now=T0))
     anonymous_id = new_id()
     assert (
         await http.get(f"/internal/sessions/{anonymous_id}/link", headers=token)
@@ -217,9 +217,9 @@ async def test_own_history_without_any_credentials_is_401(http: httpx.AsyncClien
 
 
 async def test_user_routes_refuse_an_m2m_token_as_unauthenticated(
-    http: httpx.AsyncClient, codec: TokenCodec
+    http: httpx.AsyncClient, tokens: Tokens
 ) -> None:
-    token = _bearer(codec.issue_m2m_token("svc", ["user-activity.internal", "admin"], now=T0))
+    token = _bearer(await tokens.m2m("svc", ["user-activity.internal", "admin"], now=T0))
     headers = token | {"X-Anonymous-Id": str(new_id())}
     for method, path in [("POST", START), ("POST", LINK), ("GET", OWN), ("POST", ACTIONS)]:
         response = await http.request(method, path, headers=headers, json={"type": "ok"})

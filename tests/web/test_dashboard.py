@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 from playwright.async_api import BrowserContext, Page, ViewportSize
 
-from pin_sessions.bootstrap import build_consumer
-from pin_sessions.platform.auth import TokenCodec
+from pin_sessions.bootstrap import build_consumer, build_token_signer
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.metrics import new_registry
@@ -82,7 +81,7 @@ async def test_the_dashboard_draws_sessions_per_day_durations_and_guest_vs_user(
     tmp_path: Path,
 ) -> None:
     async with runtime.database.transaction() as conn:
-        user = await signed_in_user(conn, TokenCodec(runtime.secrets.jwt_key), now=clock.now())
+        user = await signed_in_user(conn, build_token_signer(runtime), now=clock.now())
     sessions = [
         await session_lasting(http, clock, 2),
         await session_lasting(http, clock, 3),
@@ -134,7 +133,7 @@ async def test_without_the_permission_the_dashboard_says_so_instead_of_drawing(
     device: BrowserContext, http: httpx.AsyncClient, runtime: Runtime, clock: FixedClock
 ) -> None:
     async with runtime.database.transaction() as conn:
-        user = await signed_in_user(conn, TokenCodec(runtime.secrets.jwt_key), now=clock.now())
+        user = await signed_in_user(conn, build_token_signer(runtime), now=clock.now())
     page = await device.new_page()
     await page.goto("/dev-stats?reloadMs=0")
     await page.evaluate(

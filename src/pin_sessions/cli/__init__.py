@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from pin_sessions.cli import jobs, messaging, migrate, serve, tokens, up, users
+from pin_sessions.cli import clients, jobs, keys, messaging, migrate, serve, tokens, up, users
 from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, Command, configure_process_logging
 from pin_sessions.platform.embedded import (
     DatabaseLost,
@@ -22,7 +22,7 @@ from pin_sessions.platform.embedded import (
 )
 from pin_sessions.platform.messaging.kafka import ClientOptionsRejected, check_client_options
 from pin_sessions.settings import (
-    RECOMMENDED_JWT_SECRET_LENGTH,
+    RECOMMENDED_SECRET_KEY_LENGTH,
     Settings,
     SettingsError,
     load_settings,
@@ -34,7 +34,7 @@ RUNTIME_DIR_VARIABLE = "XDG_RUNTIME_DIR"
 log = structlog.get_logger("pin_sessions.cli")
 
 # In the order `--help` lists them; each module registers its commands and their `run`.
-COMMAND_GROUPS = (up, migrate, serve, jobs, messaging, tokens, users)
+COMMAND_GROUPS = (up, migrate, serve, jobs, messaging, tokens, clients, keys, users)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,11 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
     args.console = configure_process_logging(settings)
-    if settings.jwt_secret_is_short:
+    if settings.reads_deprecated_secret_name:
+        log.warning("PIN_JWT_SECRET is deprecated: set PIN_SECRET_KEY instead")
+    if settings.secret_key_is_short:
         # That it is short is all that is said: the value never reaches a log.
         log.warning(
-            "PIN_JWT_SECRET is shorter than recommended for HS256",
-            recommendedLength=RECOMMENDED_JWT_SECRET_LENGTH,
+            "PIN_SECRET_KEY is shorter than recommended",
+            recommendedLength=RECOMMENDED_SECRET_KEY_LENGTH,
         )
     command: Command = args.run
     try:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, TypeAlias
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 
+from pin_sessions.bootstrap import build_runtime, database_endpoint, worker_database
 from pin_sessions.platform.logging import configure_logging
 from pin_sessions.settings import LogFormat
 
 if TYPE_CHECKING:
+    from pin_sessions.platform.runtime import Runtime
     from pin_sessions.settings import Settings
 
     Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -83,3 +86,21 @@ def role_banner(args: argparse.Namespace, title: str, metrics_port: int | None) 
     """A worker role's banner, on a terminal: what runs, and its metrics if it serves them."""
     if args.console:
         print_banner(title, {} if metrics_port is None else {"Metrics": metrics_url(metrics_port)})
+
+
+T = TypeVar("T")
+
+
+def run_one_shot(settings: Settings, work: Callable[[Runtime], Awaitable[T]]) -> T:
+    """``work`` on a runtime with a one-connection pool: an operator's command, not a role."""
+
+    async def run(dsn: str) -> T:
+        runtime = build_runtime(settings, dsn, database=worker_database(settings, dsn, max_size=1))
+        await runtime.database.open()
+        try:
+            return await work(runtime)
+        finally:
+            await runtime.database.close()
+
+    with database_endpoint(settings) as dsn:
+        return asyncio.run(run(dsn))

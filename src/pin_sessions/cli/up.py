@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pin_sessions.cli")
 
-# Four jobs and the delivery roles, each using one connection at a time, share one pool
+# Five jobs and the delivery roles, each using one connection at a time, share one pool
 # of twice a worker process's.
 UP_POOL_SHARE = 2
 

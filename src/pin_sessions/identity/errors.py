@@ -16,10 +16,23 @@ Hierarchy::
         ├── SessionExpired               401 IDENTITY_SESSION_EXPIRED
         ├── SessionRevoked               401 IDENTITY_SESSION_REVOKED
         ├── RefreshTokenReused           401 IDENTITY_REFRESH_TOKEN_REUSED
-        └── UnknownPhoneNumber           (CLI only: no user with that phone number)
+        ├── UnknownPhoneNumber           (CLI only: no user with that phone number)
+        ├── UnknownClient                (CLI only: no service client with that id)
+        └── ClientNotActive              (CLI only: the client is disabled)
+
+The OAuth endpoints answer in RFC 6749 §5.2's format instead, which OAuth clients parse
+(SPEC §8): ``{"error", "error_description"}``, never problem+json::
+
+    OAuthError
+    ├── InvalidRequest        400 invalid_request
+    ├── InvalidClient         401 invalid_client (with WWW-Authenticate)
+    ├── InvalidScope          400 invalid_scope
+    └── UnsupportedGrantType  400 unsupported_grant_type
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from pin_sessions.platform.errors import AppError
 
@@ -108,3 +121,43 @@ class UnknownPhoneNumber(IdentityError):
     code = "IDENTITY_USER_NOT_FOUND"
     status = 404
     title = "No user has this phone number"
+
+
+class UnknownClient(IdentityError):
+    code = "IDENTITY_CLIENT_NOT_FOUND"
+    status = 404
+    title = "No service client has this id"
+
+
+class ClientNotActive(IdentityError):
+    code = "IDENTITY_CLIENT_DISABLED"
+    status = 409
+    title = "The service client is disabled"
+
+
+class OAuthError(Exception):
+    """An RFC 6749 §5.2 error: its ``error`` code, status and a description for people."""
+
+    error: ClassVar[str] = "invalid_request"
+    status: ClassVar[int] = 400
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
+class InvalidRequest(OAuthError):
+    error = "invalid_request"
+
+
+class InvalidClient(OAuthError):
+    error = "invalid_client"
+    status = 401
+
+
+class InvalidScope(OAuthError):
+    error = "invalid_scope"
+
+
+class UnsupportedGrantType(OAuthError):
+    error = "unsupported_grant_type"

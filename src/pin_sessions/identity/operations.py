@@ -22,8 +22,9 @@ from pin_sessions.identity.errors import (
     SessionNotFound,
     UnknownPhoneNumber,
 )
+from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.platform import outbox
-from pin_sessions.platform.auth import SessionNotActive, TokenCodec, UserPrincipal
+from pin_sessions.platform.auth import SessionNotActive, UserPrincipal
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.devices import truncate_user_agent
 from pin_sessions.platform.ids import new_id
@@ -73,7 +74,7 @@ class IdentityOperations:
         self,
         database: Database,
         secrets: ServerSecrets,
-        codec: TokenCodec,
+        signer: TokenSigner,
         sender: CodeSender,
         *,
         refresh_reuse_interval: timedelta,
@@ -84,7 +85,7 @@ class IdentityOperations:
         self._limits = limits
         self._code_key = secrets.derived_key(CODE_KEY_PURPOSE)
         self._successor_key = secrets.derived_key(SUCCESSOR_KEY_PURPOSE)
-        self._codec = codec
+        self._signer = signer
         self._sender = sender
         self._issue_code = issue_code
         self._reuse_interval = refresh_reuse_interval
@@ -294,14 +295,14 @@ class IdentityOperations:
         now: datetime,
     ) -> TokenPair:
         granted = await repository.permissions(conn, user_id)
-        access_token, access_expires_at = self._codec.issue_access_token(
-            user_id, session_id, now=now, permissions=granted
+        access = await self._signer.access_token(
+            conn, user_id, session_id, now=now, permissions=granted
         )
         return TokenPair(
             user_id=user_id,
             session_id=session_id,
-            access_token=access_token,
-            access_token_expires_at=access_expires_at,
+            access_token=access.token,
+            access_token_expires_at=access.expires_at,
             refresh_token=refresh_token,
             refresh_token_expires_at=refresh_expires_at,
         )

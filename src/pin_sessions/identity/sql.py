@@ -290,3 +290,107 @@ select exists (
 
 SET_LOCK_TIMEOUT = "select set_config('lock_timeout', $1, false)"
 RESET_LOCK_TIMEOUT = "reset lock_timeout"
+
+
+# --- Signing keys (SPEC §8) -----------------------------------------------------------------
+
+# One transaction at a time decides about the keys: the job, `keys rotate` and a first
+# signer on an empty table (the unique indexes back this up).
+SIGNING_KEYS_LOCK_CLASS = 0x4B455953  # "KEYS"
+
+LOCK_SIGNING_KEYS = """
+select pg_advisory_xact_lock($1::int, 0)
+"""
+
+SELECT_SIGNING_KEYS = """
+select kid, status, created_at, activated_at, retired_at
+from identity.signing_keys
+order by created_at, kid
+"""
+
+# The JWKS: every key a live token may name, oldest first.
+SELECT_PUBLIC_JWKS = """
+select public_jwk
+from identity.signing_keys
+order by created_at, kid
+"""
+
+SELECT_CURRENT_SIGNING_KEY = """
+select kid, private_key
+from identity.signing_keys
+where status = 'Current'
+"""
+
+# $4 'Current' (activated at once) or 'Next'; a second key of either status does nothing.
+INSERT_SIGNING_KEY = """
+insert into identity.signing_keys (kid, public_jwk, private_key, status, created_at, activated_at)
+values ($1, $2::jsonb, $3, $4::varchar, $5::timestamptz,
+        case when $4::varchar = 'Current' then $5::timestamptz end)
+on conflict do nothing
+"""
+
+RETIRE_CURRENT_SIGNING_KEY = """
+update identity.signing_keys
+set status = 'Retired', retired_at = $1, version = version + 1
+where status = 'Current'
+returning kid
+"""
+
+PROMOTE_SIGNING_KEY = """
+update identity.signing_keys
+set status = 'Current', activated_at = $2, version = version + 1
+where kid = $1 and status = 'Next'
+"""
+
+DELETE_SIGNING_KEYS = """
+delete from identity.signing_keys where kid = any($1::text[])
+"""
+
+# `keys rotate --now`: the leaked key, and a waiting one, go at once.
+DELETE_UNRETIRED_SIGNING_KEYS = """
+delete from identity.signing_keys where status in ('Current', 'Next')
+returning kid
+"""
+
+
+# --- Service clients (SPEC §8) --------------------------------------------------------------
+
+INSERT_CLIENT = """
+insert into identity.clients
+    (client_id, name, secret_hash, scopes, status, created_at, updated_at)
+values ($1, $2, $3, $4, 'Active', $5, $5)
+"""
+
+SELECT_CLIENTS = """
+select client_id, name, scopes, status, created_at, updated_at
+from identity.clients
+order by created_at, client_id
+"""
+
+SELECT_CLIENT_CREDENTIALS = """
+select client_id, name, scopes, status, created_at, updated_at, secret_hash
+from identity.clients
+where client_id = $1
+"""
+
+ROTATE_CLIENT_CREDENTIALS = """
+update identity.clients
+set secret_hash = $2, secret_rotated_at = $3, updated_at = $3, version = version + 1
+where client_id = $1 and status = 'Active'
+returning client_id
+"""
+
+DISABLE_CLIENT = """
+update identity.clients
+set status = 'Disabled', disabled_at = $2, updated_at = $2, version = version + 1
+where client_id = $1 and status = 'Active'
+returning client_id
+"""
+
+SELECT_CLIENT_STATUS = """
+select status from identity.clients where client_id = $1
+"""
+
+SELECT_DISABLED_CLIENT_IDS = """
+select client_id from identity.clients where status = 'Disabled'
+"""

@@ -1,38 +1,52 @@
 """Bearer authentication shared by every context (SPEC §4, last paragraph).
 
-Two kinds of token, both JWT HS256 signed with the server secret, ``iss=pin-identity``:
+Tokens are verified by :class:`~pin_sessions.platform.tokens.TokenVerifier` (signature,
+issuer, audience, lifetime); the :class:`Authenticator` judges a request's token as its
+route needs:
 
-* access tokens of users: ``sub`` (user id), ``sid`` (refresh session id), ``iat``,
-  ``exp`` (15 min), optional ``permissions``; accepted only while the ``sid``
-  session is still Active and unexpired — asked through the :class:`SessionLiveness`
-  port, which the identity context implements;
-* m2m tokens of services: ``sub`` (client), ``scope`` (space separated), no ``sid``.
+* a user's access token is accepted only while its ``sid`` session is still Active and
+  unexpired — asked through the :class:`SessionLiveness` port, which identity implements;
+* a service's m2m token only while its client is not disabled — asked through the
+  :class:`ClientStatus` port, which identity implements with a cache of at most 30 s.
 
-A user token is never accepted where an m2m scope is required, nor the reverse.
-Expiry is judged against the injected clock, not the wall clock, so tests can move time.
+A user token is never accepted where an m2m scope is required, nor the reverse. The
+ports and the key source are wired by the composition root: platform imports no context.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Protocol
 
-import jwt
 from fastapi import Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.errors import Forbidden, Unauthorized
+from pin_sessions.platform.tokens import (
+    InvalidToken,
+    MachinePrincipal,
+    Principal,
+    TokenVerifier,
+    UserPrincipal,
+)
 
-ISSUER = "pin-identity"
-ALGORITHM = "HS256"
-ACCESS_TOKEN_TTL = timedelta(minutes=15)
-M2M_TOKEN_TTL = timedelta(hours=1)
-# Tolerated clock skew between the process that issued a token and the one reading it.
-ISSUED_AT_LEEWAY = timedelta(seconds=30)
+__all__ = [
+    "AuthenticationRequired",
+    "Authenticator",
+    "ClientDisabled",
+    "ClientStatus",
+    "InvalidToken",
+    "MachinePrincipal",
+    "MissingPermission",
+    "MissingScope",
+    "SessionLiveness",
+    "SessionNotActive",
+    "UserPrincipal",
+    "UserTokenRequired",
+    "WrongTokenKind",
+]
 
 
 class AuthenticationRequired(Unauthorized):
@@ -40,14 +54,16 @@ class AuthenticationRequired(Unauthorized):
     title = "Authentication required"
 
 
-class InvalidToken(Unauthorized):
-    code = "AUTH_INVALID_TOKEN"
-    title = "The bearer token is not valid"
-
-
 class SessionNotActive(Unauthorized):
     code = "AUTH_SESSION_NOT_ACTIVE"
     title = "The session of this token is no longer active"
+
+
+class ClientDisabled(Unauthorized):
+    """An m2m token of a client an operator disabled: refused within 30 s of the change."""
+
+    code = "AUTH_CLIENT_DISABLED"
+    title = "The client of this token is disabled"
 
 
 class UserTokenRequired(Unauthorized):
@@ -74,107 +90,16 @@ class MissingPermission(Forbidden):
     title = "The user lacks the required permission"
 
 
-@dataclass(frozen=True)
-class UserPrincipal:
-    user_id: uuid.UUID
-    session_id: uuid.UUID
-    permissions: frozenset[str]
-
-
-@dataclass(frozen=True)
-class MachinePrincipal:
-    client: str
-    scopes: frozenset[str]
-
-
-Principal = UserPrincipal | MachinePrincipal
-
-
 class SessionLiveness(Protocol):
     async def is_active(self, session_id: uuid.UUID, user_id: uuid.UUID, now: datetime) -> bool:
         """True while the refresh session is Active and unexpired at ``now``."""
         ...
 
 
-class TokenCodec:
-    """Signs and reads our JWTs."""
-
-    def __init__(self, key: bytes) -> None:
-        self._key = key
-
-    def issue_access_token(
-        self,
-        user_id: uuid.UUID,
-        session_id: uuid.UUID,
-        *,
-        now: datetime,
-        permissions: Iterable[str] = (),
-    ) -> tuple[str, datetime]:
-        expires_at = now + ACCESS_TOKEN_TTL
-        claims: dict[str, Any] = {
-            "iss": ISSUER,
-            "sub": str(user_id),
-            "sid": str(session_id),
-            "iat": int(now.timestamp()),
-            "exp": int(expires_at.timestamp()),
-        }
-        granted = sorted(set(permissions))
-        if granted:
-            claims["permissions"] = granted
-        return jwt.encode(claims, self._key, algorithm=ALGORITHM), expires_at
-
-    def issue_m2m_token(
-        self, client: str, scopes: Iterable[str], *, now: datetime, ttl: timedelta = M2M_TOKEN_TTL
-    ) -> str:
-        claims = {
-            "iss": ISSUER,
-            "sub": client,
-            "scope": " ".join(sorted(set(scopes))),
-            "iat": int(now.timestamp()),
-            "exp": int((now + ttl).timestamp()),
-        }
-        return jwt.encode(claims, self._key, algorithm=ALGORITHM)
-
-    def decode(self, token: str, *, now: datetime) -> Principal:
-        """Verify signature, issuer and expiry at ``now``; raise :class:`InvalidToken` otherwise."""
-        try:
-            claims = jwt.decode(
-                token,
-                self._key,
-                algorithms=[ALGORITHM],
-                issuer=ISSUER,
-                # Both time claims are judged below against the injected clock, not the
-                # machine's: PyJWT would check them against the wall clock.
-                options={
-                    "verify_exp": False,
-                    "verify_iat": False,
-                    "require": ["iss", "sub", "iat", "exp"],
-                },
-            )
-        except jwt.PyJWTError as exc:
-            raise InvalidToken() from exc
-        try:
-            if float(claims["exp"]) <= now.timestamp():
-                raise InvalidToken("the token has expired")
-            if float(claims["iat"]) > now.timestamp() + ISSUED_AT_LEEWAY.total_seconds():
-                raise InvalidToken("the token is issued in the future")
-            if "sid" in claims:
-                return UserPrincipal(
-                    user_id=uuid.UUID(str(claims["sub"])),
-                    session_id=uuid.UUID(str(claims["sid"])),
-                    permissions=frozenset(_strings(claims.get("permissions", []))),
-                )
-            return MachinePrincipal(
-                client=str(claims["sub"]), scopes=frozenset(str(claims.get("scope", "")).split())
-            )
-        except (TypeError, ValueError) as exc:
-            raise InvalidToken() from exc
-
-
-def _strings(value: object) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ValueError("permissions must be a list of strings")
-    return value
+class ClientStatus(Protocol):
+    async def is_disabled(self, client_id: str, now: datetime) -> bool:
+        """True when ``client_id`` names a registered client an operator disabled."""
+        ...
 
 
 def _as_user(principal: Principal | None) -> UserPrincipal | None:
@@ -193,9 +118,16 @@ class Authenticator:
     call these methods on the authenticator the composition root put on the app.
     """
 
-    def __init__(self, codec: TokenCodec, liveness: SessionLiveness, clock: Clock) -> None:
-        self._codec = codec
+    def __init__(
+        self,
+        verifier: TokenVerifier,
+        liveness: SessionLiveness,
+        clients: ClientStatus,
+        clock: Clock,
+    ) -> None:
+        self._verifier = verifier
         self._liveness = liveness
+        self._clients = clients
         self._clock = clock
 
     async def _claimed(self, request: Request, now: datetime) -> Principal | None:
@@ -205,7 +137,7 @@ class Authenticator:
         credentials: HTTPAuthorizationCredentials | None = await _bearer(request)
         if credentials is None:
             raise InvalidToken("the Authorization header must be 'Bearer <token>'")
-        return self._codec.decode(credentials.credentials, now=now)
+        return (await self._verifier.verify(credentials.credentials, now=now)).principal
 
     async def _principal(self, request: Request) -> Principal | None:
         now = self._clock.now()
@@ -221,10 +153,11 @@ class Authenticator:
         return _as_user(await self._principal(request))
 
     async def claimed_user(self, request: Request) -> UserPrincipal | None:
-        """``optional_user`` without the database: whether the session is still live is not asked.
+        """``optional_user`` without asking whether the session is still live.
 
         A token refused by its own content (malformed, badly signed, expired, a service's)
-        is a 401 all the same. For a request that must stay one statement when it can.
+        is a 401 all the same; its key comes from the in-process key set. For a request
+        that must stay one statement when it can.
         """
         return _as_user(await self._claimed(request, self._clock.now()))
 
@@ -244,6 +177,8 @@ class Authenticator:
             raise AuthenticationRequired()
         if not isinstance(principal, MachinePrincipal):
             raise WrongTokenKind("a user token cannot call an internal API")
+        if await self._clients.is_disabled(principal.client, self._clock.now()):
+            raise ClientDisabled()
         if not principal.scopes.intersection(any_of_scopes):
             raise MissingScope(f"one of the scopes {sorted(any_of_scopes)} is required")
         return principal

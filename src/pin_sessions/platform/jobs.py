@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
     from pin_sessions.platform.clock import Clock
     from pin_sessions.platform.database import Connection
-    from pin_sessions.settings import JobSettings
+    from pin_sessions.settings import JobSettings, PollingSettings
 
 log = structlog.get_logger(__name__)
 
@@ -193,7 +193,8 @@ class KeysetCursor:
 
 class Job(Protocol[ResultT]):
     """One background job: ``name`` for the CLI, ``metric_prefix`` for its metric names,
-    ``options`` its settings group (cadence, batch size, run budget and its own knobs)."""
+    ``options`` its settings group (its cadence; a batch job's batch size and run budget;
+    its own knobs)."""
 
     @property
     def name(self) -> str: ...
@@ -202,7 +203,7 @@ class Job(Protocol[ResultT]):
     def metric_prefix(self) -> str: ...
 
     @property
-    def options(self) -> JobSettings: ...
+    def options(self) -> PollingSettings: ...
 
     async def run_once(self, now: datetime, run: JobRun) -> ResultT: ...
 

@@ -21,7 +21,7 @@ from pin_sessions.platform.messaging.kafka import (
     producer_config,
 )
 from pin_sessions.settings import SettingsError, load_settings
-from tests.conftest import TEST_JWT_SECRET
+from tests.conftest import TEST_SECRET_KEY
 from tests.support.processes import pin_sessions
 
 BROKERS = "kafka-1.internal:9093,kafka-2.internal:9093"
@@ -100,7 +100,7 @@ def test_a_certificate_librdkafka_refuses_stops_the_process_with_one_line(
         env={
             "PIN_DATABASE_URL": database_url,
             "PIN_DATA_DIR": str(tmp_path / "data"),
-            "PIN_JWT_SECRET": TEST_JWT_SECRET,
+            "PIN_SECRET_KEY": TEST_SECRET_KEY,
             "PIN_KAFKA_BOOTSTRAP_SERVERS": BROKERS,
             "PIN_KAFKA__SECURITY_PROTOCOL": "ssl",
             "PIN_KAFKA__SSL_CA_LOCATION": str(not_pem),

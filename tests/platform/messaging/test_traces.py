@@ -19,7 +19,7 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.conftest import TEST_JWT_SECRET
+from tests.conftest import TEST_SECRET_KEY
 from tests.identity.flows import bearer, sign_in
 from tests.platform.messaging.pipeline import KAFKA
 from tests.support.kafka import TansuBroker
@@ -40,7 +40,7 @@ def _env(database_url: str, tmp_path: Path, receiver: OtlpReceiver) -> dict[str,
     return {
         "PIN_DATABASE_URL": database_url,
         "PIN_DATA_DIR": str(tmp_path / "data"),
-        "PIN_JWT_SECRET": TEST_JWT_SECRET,
+        "PIN_SECRET_KEY": TEST_SECRET_KEY,
         "PIN_DEV_CODES": "1",
         "PIN_LOG_FORMAT": "json",
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,

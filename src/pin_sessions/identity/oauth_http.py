@@ -1,0 +1,226 @@
+"""The OAuth endpoints and the key set, over HTTP (SPEC §8).
+
+``POST /oauth/token`` and ``POST /oauth/introspect`` take form bodies (RFC 6749 §3.2,
+RFC 7662 §2.1) and answer errors in RFC 6749 §5.2's JSON — the format OAuth client
+libraries parse — with ``Cache-Control: no-store``. Client authentication is HTTP Basic
+(``client_secret_basic``, each half form-urlencoded as §2.3.1 says) or the form's
+``client_id`` and ``client_secret`` (``client_secret_post``), not both. A form is read
+strictly: one value per parameter (§3.2), valid UTF-8, at most a handful of fields; an
+empty parameter counts as absent (§3.1).
+
+The composition root puts :class:`~pin_sessions.identity.oauth.OAuthServer` on
+``app.state.oauth`` and the process's :class:`~pin_sessions.platform.key_set.KeySet` on
+``app.state.key_set``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, unquote_plus
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from pin_sessions.identity.errors import (
+    InvalidClient,
+    InvalidRequest,
+    OAuthError,
+    UnsupportedGrantType,
+)
+from pin_sessions.identity.oauth import (
+    INTROSPECTION_PATH,
+    JWKS_PATH,
+    METADATA_PATH,
+    TOKEN_PATH,
+    OAuthServer,
+)
+from pin_sessions.platform.http.dependencies import Now, state
+from pin_sessions.platform.http.openapi import problems
+from pin_sessions.platform.key_set import KeySet
+from pin_sessions.settings import JWKS_MAX_AGE
+
+router = APIRouter(tags=["oauth"])
+
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+MAX_FORM_FIELDS = 8
+CLIENT_CREDENTIALS = "client_credentials"
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+# SPEC §8: clients may cache the key set (and the metadata) this long.
+PUBLIC_CACHE = {"Cache-Control": f"public, max-age={int(JWKS_MAX_AGE.total_seconds())}"}
+BASIC_CHALLENGE = 'Basic realm="pin-sessions", charset="UTF-8"'
+
+
+class TokenOut(BaseModel):
+    access_token: str
+    token_type: str
+    expires_in: int
+    scope: str
+
+
+class OAuthErrorOut(BaseModel):
+    error: str
+    error_description: str
+
+
+class IntrospectionOut(BaseModel):
+    """RFC 7662 §2.2: ``active``, and when it is true, what the token says."""
+
+    model_config = ConfigDict(extra="allow")
+
+    active: bool
+
+
+class JwksOut(BaseModel):
+    keys: list[dict[str, Any]]
+
+
+def _form_body(*fields: str, required: tuple[str, ...]) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "properties": {name: {"type": "string"} for name in fields},
+        "required": list(required),
+    }
+    return {"requestBody": {"required": True, "content": {FORM_CONTENT_TYPE: {"schema": schema}}}}
+
+
+_OAUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": OAuthErrorOut, "description": "RFC 6749 §5.2 error"},
+    401: {
+        "model": OAuthErrorOut,
+        "description": "invalid_client",
+        "headers": {
+            "WWW-Authenticate": {
+                "description": "`Basic`",
+                "required": True,
+                "schema": {"type": "string"},
+            }
+        },
+    },
+    **problems(413, 503),
+}
+
+
+async def _oauth(request: Request) -> OAuthServer:
+    return state(request, "oauth", OAuthServer)
+
+
+async def _key_set(request: Request) -> KeySet:
+    return state(request, "key_set", KeySet)
+
+
+OAuth = Annotated[OAuthServer, Depends(_oauth)]
+
+
+@router.post(
+    TOKEN_PATH,
+    response_model=TokenOut,
+    responses=_OAUTH_RESPONSES,
+    openapi_extra=_form_body(
+        "grant_type", "scope", "client_id", "client_secret", required=("grant_type",)
+    ),
+)
+async def token(request: Request, oauth: OAuth, now: Now) -> Response:
+    """The client-credentials grant (RFC 6749 §4.4): an m2m token for an authenticated client."""
+    try:
+        form = await _form(request)
+        grant_type = form.get("grant_type")
+        if grant_type is None:
+            raise InvalidRequest("grant_type is required")
+        if grant_type != CLIENT_CREDENTIALS:
+            raise UnsupportedGrantType("only client_credentials is supported")
+        client = await oauth.clients.authenticate(*_client_credentials(request, form))
+        grant = await oauth.client_credentials(client, form.get("scope"), now)
+    except OAuthError as exc:
+        return _error(exc)
+    return JSONResponse(grant.to_json(), headers=NO_STORE)
+
+
+@router.post(
+    INTROSPECTION_PATH,
+    response_model=IntrospectionOut,
+    responses=_OAUTH_RESPONSES,
+    openapi_extra=_form_body(
+        "token", "token_type_hint", "client_id", "client_secret", required=("token",)
+    ),
+)
+async def introspect(request: Request, oauth: OAuth, now: Now) -> Response:
+    """RFC 7662: whether a token is active now, and what it says when it is."""
+    try:
+        form = await _form(request)
+        await oauth.clients.authenticate(*_client_credentials(request, form))
+        token_value = form.get("token")
+        if token_value is None:
+            raise InvalidRequest("token is required")
+    except OAuthError as exc:
+        return _error(exc)
+    return JSONResponse(await oauth.introspect(token_value, now), headers=NO_STORE)
+
+
+@router.get(JWKS_PATH, response_model=JwksOut, responses=problems(503))
+async def jwks(key_set: Annotated[KeySet, Depends(_key_set)], now: Now) -> Response:
+    """Every published public key (Next, Current, Retired) as a JWK Set (RFC 7517)."""
+    document = await key_set.document(now)
+    return Response(document, media_type="application/json", headers=PUBLIC_CACHE)
+
+
+@router.get(METADATA_PATH)
+async def metadata(oauth: OAuth) -> JSONResponse:
+    """Authorization server metadata (RFC 8414)."""
+    return JSONResponse(oauth.metadata(), headers=PUBLIC_CACHE)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    content_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if content_type != FORM_CONTENT_TYPE:
+        raise InvalidRequest(f"the body must be {FORM_CONTENT_TYPE}")
+    try:
+        text = (await request.body()).decode("utf-8")
+        pairs = parse_qsl(
+            text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS, errors="strict"
+        )
+    except ValueError:  # bad UTF-8 (raw or percent-encoded), or too many fields
+        raise InvalidRequest("the body is not a valid form") from None
+    form: dict[str, str] = {}
+    for name, value in pairs:
+        if name in form:
+            raise InvalidRequest(f"{name[:40]} is given more than once")
+        if value:
+            form[name] = value
+    return form
+
+
+def _client_credentials(request: Request, form: dict[str, str]) -> tuple[str, str]:
+    """(client id, secret) from HTTP Basic or from the form; one method, never both."""
+    header = request.headers.get("authorization")
+    if header is None:
+        client_id, secret = form.get("client_id"), form.get("client_secret")
+        if client_id is None or secret is None:
+            raise InvalidClient("client authentication is required")
+        return client_id, secret
+    if "client_secret" in form:
+        raise InvalidRequest("use one client authentication method, not two")
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        raise InvalidClient("client authentication must use HTTP Basic or the form")
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise InvalidClient("the Basic credentials are malformed") from None
+    name, colon, secret = decoded.partition(":")
+    if not colon:
+        raise InvalidClient("the Basic credentials are malformed")
+    client_id = unquote_plus(name)
+    if form.get("client_id", client_id) != client_id:
+        raise InvalidRequest("client_id differs from the Basic credentials")
+    return client_id, unquote_plus(secret)
+
+
+def _error(exc: OAuthError) -> JSONResponse:
+    headers = dict(NO_STORE)
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = BASIC_CHALLENGE
+    body = {"error": exc.error, "error_description": exc.description}
+    return JSONResponse(body, status_code=exc.status, headers=headers)

@@ -1,0 +1,164 @@
+"""The service's tokens, as every process reads them (SPEC §3, §4, §8).
+
+A token is a JWT signed ES256 by one of identity's signing keys, its header naming the
+key (``kid``) and the type ``at+jwt`` (RFC 9068). Two audiences, two kinds:
+
+* ``aud: pin-api`` — a user's access token: ``sub`` (user id), ``sid`` (refresh
+  session id), optional ``permissions``;
+* ``aud: pin-internal`` — a service's m2m token: ``sub`` and ``client_id`` (the
+  client's id), ``scope`` (space separated), no ``sid``.
+
+Both carry ``iss`` (``PIN_PUBLIC_URL``), ``jti``, ``iat`` and ``exp``. Identity signs
+them (``identity.signing``); this module only verifies, with the keys of a
+:class:`~pin_sessions.platform.key_set.KeySet`. Expiry is judged against the injected
+clock, not the wall clock, so tests can move time.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import jwt
+
+from pin_sessions.platform.errors import Unauthorized
+from pin_sessions.platform.key_set import KeySet
+
+ALGORITHM = "ES256"
+TOKEN_TYPE = "at+jwt"  # noqa: S105 - RFC 9068's JWT type, not a secret
+# RFC 9068 §4 allows the media type's long form as well.
+_TOKEN_TYPES = frozenset({TOKEN_TYPE, f"application/{TOKEN_TYPE}"})
+USER_AUDIENCE = "pin-api"
+SERVICE_AUDIENCE = "pin-internal"
+ACCESS_TOKEN_TTL = timedelta(minutes=15)
+# Tolerated clock skew between the process that issued a token and the one reading it.
+ISSUED_AT_LEEWAY = timedelta(seconds=30)
+# A kid is the key's RFC 7638 thumbprint: base64url of a SHA-256, 43 characters.
+KID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{43}$")
+_REQUIRED_CLAIMS = ["iss", "aud", "sub", "jti", "iat", "exp"]
+
+
+class InvalidToken(Unauthorized):
+    code = "AUTH_INVALID_TOKEN"
+    title = "The bearer token is not valid"
+
+
+@dataclass(frozen=True)
+class UserPrincipal:
+    user_id: uuid.UUID
+    session_id: uuid.UUID
+    permissions: frozenset[str]
+    # When the access token was issued: a recent sign-in can be asked for by this.
+    issued_at: datetime
+
+
+@dataclass(frozen=True)
+class MachinePrincipal:
+    client: str
+    scopes: frozenset[str]
+
+
+Principal = UserPrincipal | MachinePrincipal
+
+
+@dataclass(frozen=True)
+class VerifiedToken:
+    """A token whose signature, issuer, audience and lifetime held at the time asked."""
+
+    principal: Principal
+    token_id: str
+    issued_at: datetime
+    expires_at: datetime
+
+    @property
+    def audience(self) -> str:
+        return USER_AUDIENCE if isinstance(self.principal, UserPrincipal) else SERVICE_AUDIENCE
+
+
+class TokenVerifier:
+    """Verifies tokens of ``issuer`` with the published keys of ``keys``."""
+
+    def __init__(self, keys: KeySet, issuer: str) -> None:
+        self._keys = keys
+        self.issuer = issuer
+
+    async def verify(self, token: str, *, now: datetime) -> VerifiedToken:
+        """The token's content, or :class:`InvalidToken` naming no more than what failed."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise InvalidToken() from exc
+        kid = header.get("kid")
+        if header.get("alg") != ALGORITHM or not isinstance(kid, str):
+            raise InvalidToken()
+        if str(header.get("typ", "")).lower() not in _TOKEN_TYPES:
+            raise InvalidToken("the token is not an access token")
+        # A kid of another shape is no key of ours: refused without asking the key set.
+        key = await self._keys.key(kid, now) if KID_PATTERN.fullmatch(kid) else None
+        if key is None:
+            raise InvalidToken("the token's signing key is unknown")
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key,
+                algorithms=[ALGORITHM],
+                issuer=self.issuer,
+                audience=[USER_AUDIENCE, SERVICE_AUDIENCE],
+                # Both time claims are judged below against the injected clock, not the
+                # machine's: PyJWT would check them against the wall clock.
+                options={"verify_exp": False, "verify_iat": False, "require": _REQUIRED_CLAIMS},
+            )
+        except jwt.PyJWTError as exc:
+            raise InvalidToken() from exc
+        try:
+            return _content(claims, now)
+        except (TypeError, ValueError, OverflowError, OSError) as exc:
+            raise InvalidToken() from exc
+
+
+def _content(claims: dict[str, Any], now: datetime) -> VerifiedToken:
+    expires_at = _instant(claims["exp"])
+    issued_at = _instant(claims["iat"])
+    if expires_at <= now:
+        raise InvalidToken("the token has expired")
+    if issued_at > now + ISSUED_AT_LEEWAY:
+        raise InvalidToken("the token is issued in the future")
+    audience = claims["aud"]
+    principal: Principal
+    if audience == USER_AUDIENCE and "sid" in claims:
+        principal = UserPrincipal(
+            user_id=uuid.UUID(_text(claims["sub"])),
+            session_id=uuid.UUID(_text(claims["sid"])),
+            permissions=frozenset(_strings(claims.get("permissions", []))),
+            issued_at=issued_at,
+        )
+    elif audience == SERVICE_AUDIENCE and "sid" not in claims:
+        client = _text(claims.get("client_id"))
+        if client != claims["sub"]:
+            raise ValueError("an m2m token's sub and client_id name the same client")
+        principal = MachinePrincipal(client, frozenset(_text(claims.get("scope")).split()))
+    else:
+        # A list of audiences, or claims of one kind under the other's audience.
+        raise ValueError("the audience does not match the token's kind")
+    return VerifiedToken(principal, _text(claims["jti"]), issued_at, expires_at)
+
+
+def _instant(value: object) -> datetime:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("a time claim is a number of seconds")
+    return datetime.fromtimestamp(value, UTC)
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError("a text claim is a string")
+    return value
+
+
+def _strings(value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError("permissions must be a list of strings")
+    return value

@@ -1,0 +1,137 @@
+"""Token verification (SPEC §3, §4, §8): only our ES256 tokens, of the right kind, in time.
+
+Each token here is made with the real Current key (or a key the service never had) and
+then bent one way; the verifier must refuse every bent one with ``InvalidToken``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from jwt.utils import base64url_encode
+from prometheus_client import CollectorRegistry
+
+from pin_sessions.identity import sql
+from pin_sessions.identity.keys import KeyCipher, PublishedKeys
+from pin_sessions.platform.key_set import KeySet
+from pin_sessions.platform.runtime import Runtime
+from pin_sessions.platform.tokens import (
+    InvalidToken,
+    MachinePrincipal,
+    TokenVerifier,
+    UserPrincipal,
+)
+from pin_sessions.settings import DEFAULT_PUBLIC_URL
+from tests.conftest import T0
+from tests.support.tokens import Tokens
+
+USER, SESSION = uuid.uuid4(), uuid.uuid4()
+
+
+@pytest.fixture
+async def signing(runtime: Runtime) -> tuple[str, ec.EllipticCurvePrivateKey]:
+    """The Current key, made by minting a first token, and its private half."""
+    await Tokens.of(runtime).access(USER, SESSION, now=T0)
+    async with runtime.database.connection() as conn:
+        row = await conn.fetchrow(sql.SELECT_CURRENT_SIGNING_KEY)
+    assert row is not None
+    return row["kid"], KeyCipher(runtime.secrets).open(row["kid"], row["private_key"])
+
+
+@pytest.fixture
+def verifier(runtime: Runtime) -> TokenVerifier:
+    return TokenVerifier(
+        KeySet(PublishedKeys(runtime.database), CollectorRegistry()), DEFAULT_PUBLIC_URL
+    )
+
+
+def _claims(**changes: Any) -> dict[str, Any]:
+    claims: dict[str, Any] = {
+        "iss": DEFAULT_PUBLIC_URL,
+        "aud": "pin-api",
+        "sub": str(USER),
+        "sid": str(SESSION),
+        "jti": "j",
+        "iat": int(T0.timestamp()),
+        "exp": int((T0 + timedelta(minutes=15)).timestamp()),
+    }
+    claims.update(changes)
+    return {name: value for name, value in claims.items() if value is not None}
+
+
+async def test_real_tokens_of_both_kinds_verify(runtime: Runtime, verifier: TokenVerifier) -> None:
+    tokens = Tokens.of(runtime)
+    user = await verifier.verify(
+        await tokens.access(USER, SESSION, now=T0, permissions=["dev-stats.view"]), now=T0
+    )
+    assert user.principal == UserPrincipal(USER, SESSION, frozenset({"dev-stats.view"}), T0)
+    service = await verifier.verify(await tokens.m2m("crm", ["admin"], now=T0), now=T0)
+    assert service.principal == MachinePrincipal("crm", frozenset({"admin"}))
+    assert (service.audience, service.expires_at) == ("pin-internal", T0 + timedelta(minutes=15))
+
+
+@pytest.mark.parametrize(
+    ("claims", "header"),
+    [
+        (_claims(iss="https://someone-else.example"), {}),
+        (_claims(aud="pin-internal"), {}),  # a user's claims under the services' audience
+        (_claims(aud="pin-internal", sid=None), {}),  # …and without client_id
+        (_claims(aud=["pin-api", "pin-internal"]), {}),
+        (_claims(sid=None, sub="crm", client_id="crm", scope="admin"), {}),  # a service's
+        (_claims(aud="pin-internal", sid=None, client_id="other", sub="crm"), {}),
+        (_claims(aud="another-api"), {}),
+        (_claims(jti=None), {}),
+        (_claims(exp=int(T0.timestamp())), {}),  # expired at T0
+        (_claims(iat=int((T0 + timedelta(minutes=1)).timestamp())), {}),  # from the future
+        (_claims(exp=10**20), {}),
+        (_claims(sub="not-a-uuid"), {}),
+        (_claims(permissions="dev-stats.view"), {}),
+        (_claims(), {"typ": "JWT"}),
+        (_claims(), {"kid": None}),
+        (_claims(), {"kid": "../../etc/passwd"}),
+    ],
+)
+async def test_a_bent_token_is_invalid(
+    verifier: TokenVerifier,
+    signing: tuple[str, ec.EllipticCurvePrivateKey],
+    claims: dict[str, Any],
+    header: dict[str, Any],
+) -> None:
+    kid, key = signing
+    headers = {"kid": kid, "typ": "at+jwt", **header}
+    if headers["kid"] is None:
+        del headers["kid"]
+    token = jwt.encode(claims, key, algorithm="ES256", headers=headers)
+    with pytest.raises(InvalidToken):
+        await verifier.verify(token, now=T0)
+
+
+async def test_no_other_algorithm_is_accepted_not_even_with_the_public_key_as_secret(
+    verifier: TokenVerifier, signing: tuple[str, ec.EllipticCurvePrivateKey]
+) -> None:
+    kid, key = signing
+    public_pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+    def made_by_hand(alg: str, sign: Callable[[bytes], bytes]) -> str:
+        header = {"alg": alg, "kid": kid, "typ": "at+jwt"}
+        signing_input = b".".join(
+            base64url_encode(json.dumps(part).encode()) for part in (header, _claims())
+        )
+        return (signing_input + b"." + base64url_encode(sign(signing_input))).decode()
+
+    confused = made_by_hand("HS256", lambda data: hmac.new(public_pem, data, "sha256").digest())
+    unsigned = made_by_hand("none", lambda data: b"")
+    for token in (confused, unsigned):
+        with pytest.raises(InvalidToken):
+            await verifier.verify(token, now=T0)

@@ -1,0 +1,73 @@
+"""Tokens for tests, minted as identity mints them: with the test database's Current key."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import httpx
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from pin_sessions.bootstrap import build_token_signer
+from pin_sessions.identity.signing import TokenSigner
+from pin_sessions.platform.database import Database
+from pin_sessions.platform.runtime import Runtime
+from pin_sessions.settings import DEFAULT_PUBLIC_URL
+
+
+class Tokens:
+    """Access and m2m tokens of the service, and a forgery of one."""
+
+    def __init__(self, database: Database, signer: TokenSigner) -> None:
+        self.database = database
+        self.signer = signer
+
+    @classmethod
+    def of(cls, runtime: Runtime) -> Tokens:
+        return cls(runtime.database, build_token_signer(runtime))
+
+    async def access(
+        self,
+        user_id: uuid.UUID,
+        session_id: uuid.UUID,
+        *,
+        now: datetime,
+        permissions: Iterable[str] = (),
+    ) -> str:
+        async with self.database.connection() as conn:
+            signed = await self.signer.access_token(
+                conn, user_id, session_id, now=now, permissions=permissions
+            )
+        return signed.token
+
+    async def m2m(self, client: str, scopes: Iterable[str], *, now: datetime) -> str:
+        async with self.database.connection() as conn:
+            return (await self.signer.m2m_token(conn, client, scopes, now=now)).token
+
+    async def forged_access(
+        self, user_id: uuid.UUID, session_id: uuid.UUID, *, now: datetime
+    ) -> str:
+        """A token like a real one, naming the real key, signed with another key."""
+        real = await self.access(user_id, session_id, now=now)
+        header = jwt.get_unverified_header(real)
+        claims: dict[str, Any] = jwt.decode(real, options={"verify_signature": False})
+        impostor = ec.generate_private_key(ec.SECP256R1())
+        return jwt.encode(claims, impostor, algorithm="ES256", headers=header)
+
+
+async def verified_claims(http: httpx.AsyncClient, token: str, *, audience: str) -> dict[str, Any]:
+    """The token's claims, verified as another service would: with the API's published JWKS."""
+    jwks = (await http.get("/.well-known/jwks.json")).json()
+    key = jwt.PyJWKSet.from_dict(jwks)[jwt.get_unverified_header(token)["kid"]]
+    claims: dict[str, Any] = jwt.decode(
+        token,
+        key,
+        algorithms=["ES256"],
+        audience=audience,
+        issuer=DEFAULT_PUBLIC_URL,
+        options={"verify_exp": False, "verify_iat": False},
+    )
+    return claims
