@@ -15,7 +15,9 @@ Hierarchy::
         ├── SessionExpired               401 IDENTITY_SESSION_EXPIRED
         ├── SessionRevoked               401 IDENTITY_SESSION_REVOKED
         ├── RefreshTokenReused           401 IDENTITY_REFRESH_TOKEN_REUSED
-        └── UnknownPhoneNumber           (CLI only: no user with that phone number)
+        ├── UnknownPhoneNumber           (CLI only: no user with that phone number)
+        ├── UserErased                   404 IDENTITY_USER_NOT_FOUND (an export after erasure)
+        └── RecentSignInRequired         401 IDENTITY_RECENT_SIGN_IN_REQUIRED
 """
 
 from __future__ import annotations
@@ -97,3 +99,19 @@ class UnknownPhoneNumber(IdentityError):
     code = "IDENTITY_USER_NOT_FOUND"
     status = 404
     title = "No user has this phone number"
+
+
+class UserErased(IdentityError):
+    """The caller's account has been erased: nothing is left to export (SPEC §10)."""
+
+    code = "IDENTITY_USER_NOT_FOUND"
+    status = 404
+    title = "This user has been erased"
+
+
+class RecentSignInRequired(IdentityError):
+    """Erasing an account asks for an access token issued within the last 10 minutes."""
+
+    code = "IDENTITY_RECENT_SIGN_IN_REQUIRED"
+    status = 401
+    title = "Sign in again to do this"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import jwt
@@ -79,6 +79,8 @@ class UserPrincipal:
     user_id: uuid.UUID
     session_id: uuid.UUID
     permissions: frozenset[str]
+    # The token's ``iat``: erasing an account asks for a recent one (SPEC §10).
+    issued_at: datetime
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ class TokenCodec:
                     user_id=uuid.UUID(str(claims["sub"])),
                     session_id=uuid.UUID(str(claims["sid"])),
                     permissions=frozenset(_strings(claims.get("permissions", []))),
+                    issued_at=datetime.fromtimestamp(float(claims["iat"]), UTC),
                 )
             return MachinePrincipal(
                 client=str(claims["sub"]), scopes=frozenset(str(claims.get("scope", "")).split())
