@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from pin_sessions.dev_stats import routes as dev_stats_routes
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
+from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErasedConsumer
 from pin_sessions.identity import http as identity_http
 from pin_sessions.identity import oauth_http
 from pin_sessions.identity.clients import DisabledClients, ServiceClients
@@ -31,6 +32,7 @@ from pin_sessions.identity.oauth import OAuthServer
 from pin_sessions.identity.operations import IdentityOperations, random_code
 from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.identity.sms import build_code_sender
+from pin_sessions.identity.user_data import UserData
 from pin_sessions.platform.auth import Authenticator
 from pin_sessions.platform.clock import Clock, SystemClock
 from pin_sessions.platform.database import Bounds, Database
@@ -54,8 +56,10 @@ from pin_sessions.settings import PollingSettings, Settings
 from pin_sessions.user_activity import http as user_activity_http
 from pin_sessions.user_activity import internal_http as user_activity_internal_http
 from pin_sessions.user_activity.consumers import SignedInConsumer
+from pin_sessions.user_activity.consumers import UserErasedConsumer as ActivityUserErasedConsumer
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.jobs import activity_closer, activity_retention
+from pin_sessions.user_activity.user_data import ActivityData
 from pin_sessions.web import http as web_http
 
 
@@ -247,6 +251,8 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         "identity": build_identity_operations(runtime),
         "oauth": build_oauth_server(runtime, key_set),
         "key_set": key_set,
+        "user_data": UserData(runtime.database),
+        "user_activity_data": ActivityData(runtime.database),
         "heartbeats": Heartbeats(runtime.database, runtime.registry),
     }
     if metrics_view is not None:
@@ -319,17 +325,23 @@ JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker[Any]]] = {
 }
 
 
-def _session_ended_consumer(registry: CollectorRegistry) -> Handler:
-    """dev-stats's consumer keeps no metrics of its own beyond the runner's."""
-    del registry
-    return SessionEndedConsumer()
+def _without_metrics(handler: Callable[[], Handler]) -> Callable[[CollectorRegistry], Handler]:
+    """A consumer that keeps no metrics of its own beyond the runner's."""
+
+    def build(registry: CollectorRegistry) -> Handler:
+        del registry
+        return handler()
+
+    return build
 
 
 # `pin-sessions consume NAME` runs one of these; `up` runs them all. Each is built once per
 # process, on the runtime's registry.
 CONSUMERS: dict[str, Callable[[CollectorRegistry], Handler]] = {
     "identity-signed-in": SignedInConsumer,
-    "dev-stats-session-ended": _session_ended_consumer,
+    "dev-stats-session-ended": _without_metrics(SessionEndedConsumer),
+    "user-activity-user-erased": _without_metrics(ActivityUserErasedConsumer),
+    "dev-stats-user-erased": _without_metrics(DevStatsUserErasedConsumer),
 }
 
 

@@ -1,7 +1,7 @@
 """Every event the code writes matches its JSON Schema in ``contracts/`` (SPEC §6).
 
 The events come from the real operations — sign-in, logout, link and its force-close,
-a view ended by its device, the activity closer — read back from the outbox.
+a view ended by its device, the activity closer, an erasure — read back from the outbox.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ TOPICS = {
     "pin.user-activity.session-linked.v1",
     "pin.user-activity.session-ended.v1",
     "pin.user-activity.property-object-view-ended.v1",
+    "pin.identity.user-erased.v1",
 }
 # The payload field that is the Kafka key (AggregateId) of each topic.
 AGGREGATE_FIELD = {
@@ -39,6 +40,7 @@ AGGREGATE_FIELD = {
     "pin.user-activity.session-linked.v1": "SessionId",
     "pin.user-activity.session-ended.v1": "SessionId",
     "pin.user-activity.property-object-view-ended.v1": "ViewId",
+    "pin.identity.user-erased.v1": "UserId",
 }
 SESSION_ENDED_FIELDS = {
     "SessionId",
@@ -107,6 +109,10 @@ async def _every_kind_of_event(
     assert response.status_code == 204, response.text
     clock.advance(timedelta(minutes=20))
     assert (await close_once(runtime, CollectorRegistry())).closed == 2
+    # A user who erases their account (SPEC §10).
+    leaving = await _sign_in(http, None)
+    response = await http.delete("/api/identity/me", headers=bearer(leaving))
+    assert response.status_code == 204, response.text
     return await outbox(runtime)
 
 
@@ -118,7 +124,7 @@ def test_each_contract_is_a_valid_closed_schema(topic: str) -> None:
     assert set(contract["required"]) == set(contract["properties"])
 
 
-def test_the_contracts_folder_holds_exactly_the_five_topics() -> None:
+def test_the_contracts_folder_holds_exactly_the_topics() -> None:
     assert {path.name.removesuffix(".schema.json") for path in CONTRACTS.iterdir()} == TOPICS
 
 

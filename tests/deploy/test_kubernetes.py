@@ -14,6 +14,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+from pin_sessions.bootstrap import CONSUMERS
 from pin_sessions.cli.jobs import JOB_STOP_GRACE_SECONDS
 from pin_sessions.cli.messaging import STOP_GRACE_SECONDS
 from tests.deploy.roles import API, worker_roles
@@ -179,7 +180,8 @@ def test_every_object_is_valid_against_its_schema() -> None:
         "Deployment": 1 + len(worker_roles()),
         "Service": 1 + len(worker_roles()),
         "HorizontalPodAutoscaler": 1,
-        "PodDisruptionBudget": 4,
+        # The API, the relay and each consumer run two replicas or more.
+        "PodDisruptionBudget": 2 + len(CONSUMERS),
         "ServiceMonitor": 1,
         "PrometheusRule": 1,
     }

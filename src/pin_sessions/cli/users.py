@@ -1,4 +1,9 @@
-"""``pin-sessions users grant|revoke --phone E164 --permission P…``: a user's permissions."""
+"""``pin-sessions users …``: an operator's tools for one user, named by phone number.
+
+``grant|revoke --phone E164 --permission P…``: permissions. ``export --phone E164``: every
+context's data of the user as one JSON document on stdout (SPEC §10). ``erase --phone E164``:
+the erasure, then a wait until every context has applied it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,9 @@ import asyncio
 import json
 import re
 import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pin_sessions.bootstrap import (
@@ -15,10 +23,19 @@ from pin_sessions.bootstrap import (
     database_endpoint,
     worker_database,
 )
-from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE
+from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, run_one_shot
+from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErasedConsumer
+from pin_sessions.identity import repository as identity_repository
 from pin_sessions.identity.domain import PERMISSION_PATTERN
 from pin_sessions.identity.errors import UnknownPhoneNumber
+from pin_sessions.identity.user_data import RequestedBy, UserData
+from pin_sessions.platform.database import Database
+from pin_sessions.platform.messaging.runner import processed_by
 from pin_sessions.platform.phone_numbers import E164_PATTERN
+from pin_sessions.platform.runtime import Runtime
+from pin_sessions.platform.streamed_json import stream_json
+from pin_sessions.user_activity.consumers import UserErasedConsumer as ActivityUserErasedConsumer
+from pin_sessions.user_activity.user_data import ActivityData
 
 if TYPE_CHECKING:
     from pin_sessions.cli.common import Commands
@@ -36,6 +53,20 @@ def add_parsers(commands: Commands) -> None:
             "--permission", action="extend", nargs="+", required=True, type=_permission
         )
         change.set_defaults(run=run)
+    export = users.add_parser("export", help="print everything every context holds of the user")
+    export.add_argument("--phone", required=True, help="the user's E.164 phone number")
+    export.set_defaults(run=run_export)
+    erase = users.add_parser(
+        "erase", help="erase the user, then wait until every context has applied it"
+    )
+    erase.add_argument("--phone", required=True, help="the user's E.164 phone number")
+    erase.add_argument(
+        "--wait-seconds",
+        type=float,
+        default=60.0,
+        help="how long to wait for the contexts (0: do not wait); default 60",
+    )
+    erase.set_defaults(run=run_erase)
 
 
 def _permission(value: str) -> str:
@@ -44,13 +75,19 @@ def _permission(value: str) -> str:
     return value
 
 
+def _valid_phone(phone: str) -> bool:
+    if re.fullmatch(E164_PATTERN, phone):
+        return True
+    print("pin-sessions: --phone must be an E.164 number such as +15550100", file=sys.stderr)
+    return False
+
+
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Grant or withdraw permissions; prints the user id and the change, never the phone."""
     action: str = args.users_action
     phone: str = args.phone
     permissions: list[str] = args.permission
-    if not re.fullmatch(E164_PATTERN, phone):
-        print("pin-sessions: --phone must be an E.164 number such as +15550100", file=sys.stderr)
+    if not _valid_phone(phone):
         return EXIT_USAGE
 
     async def change(dsn: str) -> str:
@@ -76,3 +113,117 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             return EXIT_FAILURE
     print(json.dumps({"userId": user_id, action: sorted(set(permissions))}))
     return 0
+
+
+class _NoSuchUser(Exception):
+    """No user has the phone number: one line, exit 1."""
+
+
+async def _user_of(database: Database, phone: str) -> uuid.UUID:
+    async with database.connection() as conn:
+        user_id = await identity_repository.find_user_by_phone(conn, phone)
+    if user_id is None:
+        raise _NoSuchUser()
+    return user_id
+
+
+def _operator_task(settings: Settings, task: Callable[[Runtime], Awaitable[int]]) -> int:
+    """Run ``task`` as a one-shot command; an unknown phone is one line and exit 1."""
+    try:
+        return run_one_shot(settings, task)
+    except _NoSuchUser:
+        print("pin-sessions: no user has this phone number", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def run_export(settings: Settings, args: argparse.Namespace) -> int:
+    """``{"identity": …, "userActivity": …}`` on stdout, written as it is read."""
+    phone: str = args.phone
+    if not _valid_phone(phone):
+        return EXIT_USAGE
+
+    async def export(runtime: Runtime) -> int:
+        user_id = await _user_of(runtime.database, phone)
+        now = runtime.clock.now()
+        document = {
+            "userId": user_id,
+            "exportedAt": now,
+            "identity": await UserData(runtime.database).export(user_id, now),
+            "userActivity": await ActivityData(runtime.database).export(user_id, now),
+        }
+        out = sys.stdout.buffer
+        async for chunk in stream_json(document):
+            out.write(chunk)
+        out.write(b"\n")
+        out.flush()
+        return 0
+
+    return _operator_task(settings, export)
+
+
+# The consumer that applies an erasure in each other context (SPEC §10).
+ERASURE_CONSUMERS = {
+    "user-activity": ActivityUserErasedConsumer.consumer,
+    "dev-stats": DevStatsUserErasedConsumer.consumer,
+}
+POLL_SECONDS = 0.2
+
+
+def run_erase(settings: Settings, args: argparse.Namespace) -> int:
+    """Erase; print the erasure, then each context as it applies it (JSON lines).
+
+    Exit 0 once every context has; 1 when the wait ends first (the erasure stands, and the
+    contexts apply it when their consumers run).
+    """
+    phone: str = args.phone
+    wait_seconds: float = args.wait_seconds
+    if not _valid_phone(phone):
+        return EXIT_USAGE
+
+    async def erase(runtime: Runtime) -> int:
+        user_id = await _user_of(runtime.database, phone)
+        erasure = await UserData(runtime.database).erase(
+            user_id, RequestedBy.OPERATOR, runtime.clock.now()
+        )
+        _print_line(
+            {
+                "userId": str(erasure.user_id),
+                "erasedAt": erasure.requested_at.isoformat(),
+                "messageId": str(erasure.message_id),
+            }
+        )
+        pending = dict(ERASURE_CONSUMERS)
+        deadline = time.monotonic() + wait_seconds
+        while pending:
+            async with runtime.database.connection() as conn:
+                applied = await processed_by(conn, erasure.message_id, list(pending.values()))
+            for context, consumer in list(pending.items()):
+                done = applied.get(consumer)
+                if done is None:
+                    continue
+                if done.parked:
+                    print(
+                        f"pin-sessions: {context} could not apply the erasure; it is parked in "
+                        f"messaging.dead_letters for {consumer}",
+                        file=sys.stderr,
+                    )
+                    return EXIT_FAILURE
+                _print_line({"context": context, "appliedAt": done.at.isoformat()})
+                del pending[context]
+            if pending and time.monotonic() >= deadline:
+                print(
+                    "pin-sessions: erased in identity; not yet applied by "
+                    + ", ".join(sorted(pending))
+                    + " (their consumers apply it when they run)",
+                    file=sys.stderr,
+                )
+                return EXIT_FAILURE
+            if pending:
+                await asyncio.sleep(POLL_SECONDS)
+        return 0
+
+    return _operator_task(settings, erase)
+
+
+def _print_line(value: dict[str, str]) -> None:
+    print(json.dumps(value), flush=True)

@@ -1,8 +1,11 @@
-"""``dev-stats-session-ended``: seed 004's only required consumer.
+"""dev-stats's consumers, thin by design (STYLE 12): decode the payload, call the operation.
 
-Thin by design (STYLE 12): decode the payload, call the operation. First-seen by
-MessageId is the runner's row; first-seen by SessionId is the fact table's key, and the day's
-rollup counts a session only when its fact is new.
+``dev-stats-session-ended``, seed 004's: first-seen by MessageId is the runner's row;
+first-seen by SessionId is the fact table's key, and the day's rollup counts a session only
+when its fact is new.
+
+``dev-stats-user-erased`` (SPEC §10): the user's facts lose their ``user_id``, in bounded
+batches before the message's transaction; counts and durations stay.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ import uuid
 from datetime import datetime
 
 from pin_sessions.dev_stats.domain import SessionFact
+from pin_sessions.dev_stats.erasure import erase_user
 from pin_sessions.dev_stats.operations import record_session_ended
-from pin_sessions.platform.database import Connection
+from pin_sessions.platform.database import Connection, Database
+from pin_sessions.platform.erasure import DELETE_DEAD_LETTERS_OF_USER, USER_ERASED_TOPIC
 from pin_sessions.platform.messaging.envelope import Message
 
 SESSION_ENDED_TOPIC = "pin.user-activity.session-ended.v1"
@@ -38,3 +43,21 @@ class SessionEndedConsumer:
             duration_seconds=int(payload["DurationSeconds"]),
         )
         await record_session_ended(conn, fact, now=now)
+
+
+class UserErasedConsumer:
+    """Takes the erased user's id off their facts, and keeps a tombstone."""
+
+    consumer = "dev-stats-user-erased"
+    topic = USER_ERASED_TOPIC
+    version = 1
+
+    async def prepare(self, database: Database, message: Message, now: datetime) -> None:
+        await erase_user(database, uuid.UUID(message.payload["UserId"]), now)
+
+    async def handle(self, conn: Connection, message: Message, now: datetime) -> None:
+        await conn.execute(
+            DELETE_DEAD_LETTERS_OF_USER,
+            [SessionEndedConsumer.consumer],
+            message.payload["UserId"],
+        )

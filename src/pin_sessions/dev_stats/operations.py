@@ -7,15 +7,18 @@ from datetime import date, datetime
 
 from pin_sessions.dev_stats import durations
 from pin_sessions.dev_stats.domain import Period, SessionFact
-from pin_sessions.dev_stats.sql import RECORD_FACT, SELECT_DAYS
+from pin_sessions.dev_stats.erasure import is_erased
+from pin_sessions.dev_stats.sql import CLEAR_FACT_USER, RECORD_FACT, SELECT_DAYS
 from pin_sessions.platform.database import Connection, Database
 
 
 async def record_session_ended(conn: Connection, fact: SessionFact, *, now: datetime) -> bool:
     """Keep the fact and count it in its day's rollup, in the caller's transaction.
 
-    False when the session was already counted; then nothing changes.
+    False when the session was already counted; then nothing changes. The session of a
+    user erased meanwhile is counted as a user's, and its fact keeps no user id (SPEC §10).
     """
+    erased = fact.user_id is not None and await is_erased(conn, fact.user_id)
     status = await conn.execute(
         RECORD_FACT,
         fact.session_id,
@@ -28,6 +31,8 @@ async def record_session_ended(conn: Connection, fact: SessionFact, *, now: date
         now,
         durations.bucket_of(fact.duration_seconds),
     )
+    if erased:
+        await conn.execute(CLEAR_FACT_USER, fact.session_id)
     return bool(status == "INSERT 0 1")
 
 

@@ -46,3 +46,33 @@ from generate_series($1::date, $2::date, interval '1 day') as period (day)
 left join dev_stats.daily_sessions as r on r.day = period.day::date
 order by period.day
 """
+
+
+# --- A user's erasure (SPEC §10) ------------------------------------------------------------
+
+# The first key of this context's per-user advisory locks (platform.erasure).
+USER_LOCK_CLASS = 0x4453  # "DS"
+
+SELECT_USER_ERASED = """
+select exists (select 1 from dev_stats.erased_users where user_digest = $1)
+"""
+
+INSERT_ERASED_USER = """
+insert into dev_stats.erased_users (user_digest, erased_at)
+values ($1, $2)
+on conflict (user_digest) do nothing
+"""
+
+# A fact keeps its session, times and duration, and the rollups keep counting it as a
+# user's session: only the id goes. Bounded batches through ix_session_facts_user_id.
+CLEAR_ERASED_USER_FACTS = """
+update dev_stats.session_facts set user_id = null
+where session_id in (
+    select session_id from dev_stats.session_facts where user_id = $1 limit $2
+)
+"""
+
+# A late fact of an erased user: counted as a user's session by RECORD_FACT, then its id goes.
+CLEAR_FACT_USER = """
+update dev_stats.session_facts set user_id = null where session_id = $1
+"""

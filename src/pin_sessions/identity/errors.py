@@ -18,7 +18,9 @@ Hierarchy::
         ├── RefreshTokenReused           401 IDENTITY_REFRESH_TOKEN_REUSED
         ├── UnknownPhoneNumber           (CLI only: no user with that phone number)
         ├── UnknownClient                (CLI only: no service client with that id)
-        └── ClientNotActive              (CLI only: the client is disabled)
+        ├── ClientNotActive              (CLI only: the client is disabled)
+        ├── UserErased                   404 IDENTITY_USER_NOT_FOUND (an export after erasure)
+        └── RecentSignInRequired         401 IDENTITY_RECENT_SIGN_IN_REQUIRED
 
 The OAuth endpoints answer in RFC 6749 §5.2's format instead, which OAuth clients parse
 (SPEC §8): ``{"error", "error_description"}``, never problem+json::
@@ -161,3 +163,19 @@ class InvalidScope(OAuthError):
 
 class UnsupportedGrantType(OAuthError):
     error = "unsupported_grant_type"
+
+
+class UserErased(IdentityError):
+    """The caller's account has been erased: nothing is left to export (SPEC §10)."""
+
+    code = "IDENTITY_USER_NOT_FOUND"
+    status = 404
+    title = "This user has been erased"
+
+
+class RecentSignInRequired(IdentityError):
+    """Erasing an account asks for an access token issued within the last 10 minutes."""
+
+    code = "IDENTITY_RECENT_SIGN_IN_REQUIRED"
+    status = 401
+    title = "Sign in again to do this"

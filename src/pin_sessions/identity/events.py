@@ -6,6 +6,7 @@ import uuid
 from datetime import datetime
 
 from pin_sessions.identity.domain import RevokedReason
+from pin_sessions.platform.erasure import USER_ERASED_TOPIC
 from pin_sessions.platform.outbox import IntegrationEvent
 
 SIGN_INS_TOPIC = "pin.identity.sign-ins.v1"
@@ -45,4 +46,14 @@ def session_revoked(
             "RevokedAt": revoked_at,
             "Reason": reason.value,
         },
+    )
+
+
+def user_erased(user_id: uuid.UUID, erased_at: datetime) -> IntegrationEvent:
+    """SPEC §10: every other context deletes or anonymises what it holds of the user."""
+    return IntegrationEvent.on_topic(
+        USER_ERASED_TOPIC,
+        aggregate_type="User",
+        aggregate_id=user_id,
+        payload={"UserId": user_id, "ErasedAt": erased_at},
     )

@@ -11,6 +11,7 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Request, Response, status
+from fastapi.responses import StreamingResponse
 
 from pin_sessions.identity import devices, domain
 from pin_sessions.identity.codes import DevCodes
@@ -28,9 +29,18 @@ from pin_sessions.identity.schemas import (
     SignInRequestOut,
     TokenPairOut,
 )
+from pin_sessions.identity.user_data import UserData
 from pin_sessions.platform.http.anonymous_id import OptionalDevice, anonymous_id_parameter
-from pin_sessions.platform.http.dependencies import ClientIp, CurrentUser, Now, state
+from pin_sessions.platform.http.dependencies import (
+    ClaimedUser,
+    ClientIp,
+    CurrentUser,
+    Now,
+    live_user,
+    state,
+)
 from pin_sessions.platform.http.openapi import parameters, problems
+from pin_sessions.platform.streamed_json import stream_json
 
 router = APIRouter(prefix="/api/identity", tags=["identity"])
 # Mounted only with PIN_DEV_CODES=1: otherwise the path does not exist at all.
@@ -39,6 +49,10 @@ dev_router = APIRouter(prefix="/dev", tags=["development"])
 
 async def _identity(request: Request) -> IdentityOperations:
     return state(request, "identity", IdentityOperations)
+
+
+async def _user_data(request: Request) -> UserData:
+    return state(request, "user_data", UserData)
 
 
 async def _dev_codes(request: Request) -> DevCodes:
@@ -50,6 +64,7 @@ async def _device(request: Request, client_ip: ClientIp) -> Device:
 
 
 Identity = Annotated[IdentityOperations, Depends(_identity)]
+UserDataDep = Annotated[UserData, Depends(_user_data)]
 ClientDevice = Annotated[Device, Depends(_device)]
 NoFields = Annotated[NoFieldsBody | None, Body()]
 
@@ -165,6 +180,49 @@ async def revoke_other_sessions(
 ) -> Response:
     """End every session of the user but this one."""
     await identity.revoke_other_sessions(user, now)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/me/export",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "Everything identity holds about the caller (SPEC §10), streamed",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        **problems(401, 404, 503),
+    },
+)
+async def export_me(
+    request: Request, claimed: ClaimedUser, data: UserDataDep, now: Now
+) -> StreamingResponse:
+    """The caller's phone, sign-in history and devices; IP addresses masked."""
+    if await data.erasure(claimed.user_id) is None:
+        await live_user(request)
+    document = await data.export(claimed.user_id, now)
+    return StreamingResponse(
+        stream_json(document),
+        media_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+@router.delete(
+    "/me",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problems(400, 401, 413, 422, 503),
+)
+async def erase_me(
+    request: Request, claimed: ClaimedUser, data: UserDataDep, now: Now, _body: NoFields = None
+) -> Response:
+    """Erase the caller's account (SPEC §10); needs an access token at most 10 minutes old.
+
+    Repeating it answers 204 again and changes nothing, even though the token's session is
+    gone by then.
+    """
+    if await data.erasure(claimed.user_id) is None:
+        await data.erase_own(await live_user(request), now)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

@@ -273,6 +273,75 @@ select count(*) as deleted, max(created_at) as reached from deleted
 """
 
 
+# --- A user's data: export and erasure (SPEC §10) -----------------------------------------
+
+SELECT_ERASURE = """
+select user_id, requested_at, requested_by, message_id
+from identity.erasures
+where user_id = $1
+"""
+
+# Every still-live session ends as a revoke does (session-revoked is published), then
+# every session of the user goes.
+REVOKE_ALL_USER_SESSIONS = """
+update identity.refresh_sessions
+set status = 'Revoked', revoked_at = $2, revoked_reason = $3, version = version + 1
+where user_id = $1 and status = 'Active' and expires_at > $2
+returning id, user_id
+"""
+
+DELETE_USER_SESSIONS = """
+delete from identity.refresh_sessions where user_id = $1
+"""
+
+DELETE_PHONE_SIGN_IN_REQUESTS = """
+delete from identity.sign_in_confirmation_requests where phone_number = $1
+"""
+
+DELETE_USER_PERMISSIONS = """
+delete from identity.user_permissions where user_id = $1
+"""
+
+# Last, once nothing of the user is left: a session opened meanwhile fails the foreign key.
+DELETE_USER = """
+delete from identity.users where id = $1 returning id
+"""
+
+INSERT_ERASURE = """
+insert into identity.erasures (user_id, requested_at, requested_by, message_id)
+values ($1, $2, $3, $4)
+"""
+
+SELECT_USER = """
+select id, phone_number, created_at from identity.users where id = $1
+"""
+
+SELECT_USER_PERMISSION_GRANTS = """
+select permission, granted_at from identity.user_permissions
+where user_id = $1
+order by permission
+"""
+
+# Export pages, by (created_at, id) after $2, $3, $4 rows at most. The key's first column
+# is bounded on its own too: that is what the index can seek to.
+EXPORT_SIGN_IN_REQUESTS_PAGE = """
+select id, status, created_at, expires_at, confirmed_at, attempts, ip_address
+from identity.sign_in_confirmation_requests
+where phone_number = $1 and created_at >= $2 and (created_at, id) > ($2, $3)
+order by created_at, id
+limit $4
+"""
+
+EXPORT_REFRESH_SESSIONS_PAGE = """
+select id, family_id, status, created_at, last_used_at, expires_at, rotated_at, revoked_at,
+       revoked_reason, device_user_agent, device_ip
+from identity.refresh_sessions
+where user_id = $1 and created_at >= $2 and (created_at, id) > ($2, $3)
+order by created_at, id
+limit $4
+"""
+
+
 # --- Bearer liveness (platform.auth.SessionLiveness) ---------------------------------------
 
 # Lazy TTL check (seed 000): an Active row past expires_at is not live, whether or not

@@ -1,9 +1,13 @@
-"""``identity-signed-in``: user-activity's consumer of ``pin.identity.sign-ins.v1``.
+"""User-activity's consumers, thin by design (STYLE 12): decode, call the operation.
 
-Thin by design (STYLE 12): decode, call the link operation (INV-SES-002) in the runner's
-transaction, where the first-seen row by MessageId is written too. A sign-in without an
-``AnonymousId`` concerns no device, so nothing happens. A late sign-in, older than the
-device's current session, changes nothing (SPEC §6): it is logged and counted.
+``identity-signed-in`` (``pin.identity.sign-ins.v1``): the link operation (INV-SES-002) in
+the runner's transaction, where the first-seen row by MessageId is written too. A sign-in
+without an ``AnonymousId`` concerns no device, so nothing happens. A late sign-in, older
+than the device's current session, changes nothing (SPEC §6): it is logged and counted. A
+sign-in of a user erased since changes nothing either (SPEC §10).
+
+``user-activity-user-erased`` (``pin.identity.user-erased.v1``): everything of the user
+goes, in bounded batches before the message's transaction (``user_data.erase_user``).
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from datetime import datetime
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from pin_sessions.platform.database import Connection
+from pin_sessions.platform.database import Connection, Database
+from pin_sessions.platform.erasure import DELETE_DEAD_LETTERS_OF_USER, USER_ERASED_TOPIC
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.user_activity.linking import link_device
+from pin_sessions.user_activity.user_data import erase_user, is_erased
 
 SIGN_INS_TOPIC = "pin.identity.sign-ins.v1"
 
@@ -46,6 +52,9 @@ class SignedInConsumer:
         if anonymous_id is None:
             return
         user_id = uuid.UUID(payload["UserId"])
+        if await is_erased(conn, user_id):
+            log.info("sign-in of an erased user ignored", messageId=str(message.message_id))
+            return
         signed_in_at = datetime.fromisoformat(payload["SignedInAt"])
         outcome = await link_device(
             conn, uuid.UUID(anonymous_id), user_id, now, signed_in_at=signed_in_at
@@ -59,3 +68,21 @@ class SignedInConsumer:
                 sessionId=str(outcome.session.id),
                 signedInAt=signed_in_at.isoformat(),
             )
+
+
+class UserErasedConsumer:
+    """Deletes the erased user's sessions, views and actions, and keeps a tombstone."""
+
+    consumer = "user-activity-user-erased"
+    topic = USER_ERASED_TOPIC
+    version = 1
+
+    async def prepare(self, database: Database, message: Message, now: datetime) -> None:
+        deleted = await erase_user(database, uuid.UUID(message.payload["UserId"]), now)
+        log.info("user erased", messageId=str(message.message_id), rowsDeleted=deleted)
+
+    async def handle(self, conn: Connection, message: Message, now: datetime) -> None:
+        # What this context's consumers parked about the user goes too.
+        await conn.execute(
+            DELETE_DEAD_LETTERS_OF_USER, [SignedInConsumer.consumer], message.payload["UserId"]
+        )

@@ -8,7 +8,8 @@ Hierarchy::
         ├── LimitInvalid             400 USER_ACTIVITY_LIMIT_INVALID
         ├── ViewNotFound             404 USER_ACTIVITY_VIEW_NOT_FOUND
         ├── IdempotencyKeyReused     422 USER_ACTIVITY_IDEMPOTENCY_KEY_REUSED
-        └── DeviceNotFound           404 USER_ACTIVITY_DEVICE_NOT_FOUND
+        ├── DeviceNotFound           404 USER_ACTIVITY_DEVICE_NOT_FOUND
+        └── UserErased               404 USER_ACTIVITY_USER_NOT_FOUND (export after erasure)
 
 The ``X-Anonymous-Id`` errors (USER_ACTIVITY_ANONYMOUS_ID_INVALID / _REQUIRED) belong to the
 header, which identity reads too: they live with it in ``platform.http.anonymous_id``; a
@@ -53,3 +54,9 @@ class DeviceNotFound(UserActivityError):
     code = "USER_ACTIVITY_DEVICE_NOT_FOUND"
     status = 404
     title = "No session is known for this device"
+
+
+class UserErased(UserActivityError):
+    code = "USER_ACTIVITY_USER_NOT_FOUND"
+    status = 404
+    title = "This user has been erased"

@@ -13,6 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
@@ -25,11 +26,13 @@ from pin_sessions.platform.http.anonymous_id import (
 )
 from pin_sessions.platform.http.client_address import request_client_ip
 from pin_sessions.platform.http.dependencies import (
+    ClaimedUser,
     ClientIp,
     CurrentUser,
     DatabaseDep,
     Now,
     OptionalUser,
+    live_user,
     optional_user,
     permission_required,
     services,
@@ -38,6 +41,7 @@ from pin_sessions.platform.http.dependencies import (
 from pin_sessions.platform.http.idempotency_key import IdempotencyKey, idempotency_key_parameter
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
 from pin_sessions.platform.permissions import DEV_STATS_VIEW, HISTORY_VIEW_BY_USER
+from pin_sessions.platform.streamed_json import stream_json
 from pin_sessions.user_activity import history, operations
 from pin_sessions.user_activity.domain import DeviceInfo, device_info, duration_seconds
 from pin_sessions.user_activity.heartbeats import Heartbeats
@@ -58,6 +62,7 @@ from pin_sessions.user_activity.schemas import (
     ViewEnded,
     ViewStarted,
 )
+from pin_sessions.user_activity.user_data import ActivityData
 
 PREFIX = "/api/user-activity"
 HEARTBEAT_PATH = f"{PREFIX}/sessions/heartbeat"
@@ -397,3 +402,34 @@ def _idempotency(
 
 def _user_id(user: UserPrincipal | None) -> uuid.UUID | None:
     return None if user is None else user.user_id
+
+
+async def _activity_data(request: Request) -> ActivityData:
+    return state(request, "user_activity_data", ActivityData)
+
+
+@router.get(
+    "/me/export",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "Every session, view and action of the caller (SPEC §10), streamed",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        **problems(401, 404, 503),
+    },
+)
+async def export_me(
+    request: Request,
+    claimed: ClaimedUser,
+    data: Annotated[ActivityData, Depends(_activity_data)],
+    now: Now,
+) -> StreamingResponse:
+    """The caller's sessions with their views and actions; IP addresses masked."""
+    document = await data.export(claimed.user_id, now)
+    await live_user(request)
+    return StreamingResponse(
+        stream_json(document),
+        media_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )

@@ -23,6 +23,7 @@ from pin_sessions.user_activity.domain import DeviceInfo, SessionSnapshot
 from pin_sessions.user_activity.errors import ViewNotFound
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.linking import LinkOutcome, link_device, linked_event
+from pin_sessions.user_activity.user_data import refuse_erased
 
 log = structlog.get_logger(__name__)
 
@@ -115,6 +116,7 @@ async def callers_session(
     one opened for them (INV-SES-002) before anything is recorded in it, so nothing the
     caller does is ever written under the previous user.
     """
+    await refuse_erased(conn, user_id)
     started = await active_session(conn, anonymous_id, device, now, user_id=user_id)
     if user_id is None or started.session.user_id == user_id:
         return started
@@ -152,6 +154,7 @@ async def link(
 ) -> LinkOutcome:
     """``POST /sessions/link``: INV-SES-002 in one transaction."""
     async with db.transaction() as conn:
+        await refuse_erased(conn, user_id)
         outcome = await link_device(conn, anonymous_id, user_id, now, device=device)
     assert outcome is not None  # the device was given, so a session exists
     return outcome

@@ -16,7 +16,7 @@ from pin_sessions.platform.messaging.kafka import KafkaConsumer
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.pgbus import PostgresBusConsumer
 from pin_sessions.platform.messaging.relay import OutboxRelay
-from pin_sessions.platform.messaging.runner import ConsumerRunner, Handler
+from pin_sessions.platform.messaging.runner import ConsumerRunner, Handler, PreparingHandler
 from pin_sessions.platform.outbox import IntegrationEvent
 from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
@@ -74,6 +74,16 @@ class Renamed:
 
     async def handle(self, conn: Connection, message: Message, now: datetime) -> None:
         await self.inner.handle(conn, message, now)
+
+
+@dataclass
+class RenamedPreparing(Renamed):
+    """``Renamed`` for a handler that does its bulk before the message's transaction."""
+
+    inner: PreparingHandler
+
+    async def prepare(self, database: Database, message: Message, now: datetime) -> None:
+        await self.inner.prepare(database, message, now)
 
 
 def thing(

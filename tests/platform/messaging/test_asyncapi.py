@@ -1,4 +1,4 @@
-"""The AsyncAPI document and the JSON Schemas in contracts/ describe the same five topics."""
+"""The AsyncAPI document and the JSON Schemas in contracts/ describe the same topics."""
 
 from __future__ import annotations
 

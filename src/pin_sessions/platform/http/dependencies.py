@@ -15,7 +15,12 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
-from pin_sessions.platform.auth import Authenticator, MachinePrincipal, UserPrincipal
+from pin_sessions.platform.auth import (
+    AuthenticationRequired,
+    Authenticator,
+    MachinePrincipal,
+    UserPrincipal,
+)
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.http.client_address import Network, request_client_ip
@@ -68,12 +73,28 @@ async def _current_user(request: Request) -> UserPrincipal:
     return await services(request).authenticator.user(request)
 
 
+async def _claimed_user(request: Request) -> UserPrincipal:
+    """The user a valid token names, whether or not its session is still live."""
+    principal = await services(request).authenticator.claimed_user(request)
+    if principal is None:
+        raise AuthenticationRequired()
+    return principal
+
+
 DatabaseDep = Annotated[Database, Depends(_database)]
 # The server's clock, read once per request (INV-SES-004: only the server sets times).
 Now = Annotated[datetime, Depends(_now)]
 ClientIp = Annotated[str | None, Depends(_client_ip)]
 OptionalUser = Annotated[UserPrincipal | None, Depends(optional_user)]
 CurrentUser = Annotated[UserPrincipal, Depends(_current_user)]
+# For the routes of an account that may be gone (SPEC §10): they tell "erased" from "signed
+# out" themselves, then ask for a live session with ``live_user``.
+ClaimedUser = Annotated[UserPrincipal, Depends(_claimed_user)]
+
+
+async def live_user(request: Request) -> UserPrincipal:
+    """``CurrentUser``, for a route that first needed the claim alone."""
+    return await _current_user(request)
 
 
 def permission_required(permission: str) -> Any:

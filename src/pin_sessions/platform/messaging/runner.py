@@ -2,18 +2,23 @@
 
 At least once in, exactly one effect out: the first-seen row ``(consumer, MessageId)`` is
 written in the same transaction as the handler's effect, so a redelivered message finds it
-and is skipped. A handler that keeps failing gets its message parked in
-``messaging.dead_letters`` with the error, and the consumer moves on. A database that is
-away is not the message's fault: that error goes up, and the bus delivers again later.
+and is skipped. A handler whose effect is too large for one transaction (an erased user's
+rows) does the bulk in ``prepare``, in bounded transactions of its own that are safe to
+repeat, before the message's transaction records it. A handler that keeps failing gets its
+message parked in ``messaging.dead_letters`` with the error, and the consumer moves on. A
+database that is away is not the message's fault: that error goes up, and the bus delivers
+again later.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import asyncpg
 import structlog
@@ -43,6 +48,14 @@ values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 on conflict do nothing
 """
 
+SELECT_PROCESSED_BY = """
+select p.consumer, p.processed_at,
+       exists (select 1 from messaging.dead_letters as d
+               where d.consumer = p.consumer and d.message_id = p.message_id) as parked
+from messaging.processed_messages as p
+where p.message_id = $1 and p.consumer = any($2::text[])
+"""
+
 # Failures of the store itself, not of the message: never a reason to park it.
 _UNAVAILABLE = (
     ServiceUnavailable,
@@ -61,6 +74,18 @@ class Handler(Protocol):
     version: int
 
     async def handle(self, conn: Connection, message: Message, now: datetime) -> None: ...
+
+
+@runtime_checkable
+class PreparingHandler(Handler, Protocol):
+    """A handler with work to do before the message's transaction, in transactions of its own.
+
+    ``prepare`` may run several times for one message (a retry, a redelivery, a batch that
+    falls back to one by one), so it must be idempotent; ``handle`` then finishes in the
+    message's transaction.
+    """
+
+    async def prepare(self, database: Database, message: Message, now: datetime) -> None: ...
 
 
 class Outcome(enum.Enum):
@@ -138,7 +163,13 @@ class ConsumerRunner:
         await self._park(message, error)
         return Outcome.DEAD_LETTERED
 
+    async def _prepare(self, messages: Sequence[Message], now: datetime) -> None:
+        if isinstance(self.handler, PreparingHandler):
+            for message in messages:
+                await self.handler.prepare(self._database, message, now)
+
     async def _apply(self, message: Message) -> Outcome:
+        await self._prepare([message], self._clock.now())
         async with self._database.transaction() as conn:
             outcome = await self._apply_in(conn, message, self._clock.now())
         self._count(outcome)
@@ -146,6 +177,7 @@ class ConsumerRunner:
 
     async def _apply_all(self, messages: Sequence[Message]) -> None:
         now = self._clock.now()
+        await self._prepare(messages, now)
         async with self._database.transaction() as conn:
             outcomes = [await self._apply_in(conn, message, now) for message in messages]
         for outcome in outcomes:
@@ -208,3 +240,17 @@ class ConsumerRunner:
             attempts=self._max_attempts,
             error=repr(error),
         )
+
+
+@dataclass(frozen=True)
+class Processed:
+    at: datetime
+    parked: bool  # dead-lettered, not applied
+
+
+async def processed_by(
+    conn: Connection, message_id: uuid.UUID, consumers: Sequence[str]
+) -> dict[str, Processed]:
+    """Which of ``consumers`` have applied or parked the message, and when."""
+    rows = await conn.fetch(SELECT_PROCESSED_BY, message_id, list(consumers))
+    return {row["consumer"]: Processed(row["processed_at"], row["parked"]) for row in rows}

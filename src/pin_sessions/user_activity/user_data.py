@@ -1,0 +1,159 @@
+"""A user's data in user-activity: export and erasure (SPEC §10).
+
+Erasure arrives as ``pin.identity.user-erased.v1`` (``consumers.UserErasedConsumer``). It
+first writes the tombstone and ends the user's Active sessions, in one short transaction
+under the user's exclusive lock (``platform.erasure``), then deletes the user's actions,
+views and sessions in bounded batches, each its own transaction, so a heavy user never
+holds many locks for long. Every writer of a user's rows takes the shared lock and asks
+``refuse_erased`` first, so once the tombstone is there nothing links to the user again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pin_sessions.platform.auth import SessionNotActive
+from pin_sessions.platform.database import Connection, Database
+from pin_sessions.platform.erasure import LOCK_USER_EXCLUSIVE, LOCK_USER_SHARED, user_digest
+from pin_sessions.platform.logging import mask_ip
+from pin_sessions.platform.streamed_json import keyset_rows
+from pin_sessions.user_activity import sql
+from pin_sessions.user_activity.errors import UserErased
+
+KEYSET_START = (datetime.min.replace(tzinfo=UTC), uuid.UUID(int=0))
+# Rows per erasure batch: each batch is one short transaction.
+ERASURE_BATCH_ROWS = 1000
+ERASURE_DELETES = (
+    sql.DELETE_ERASED_USER_ACTIONS,
+    sql.DELETE_ERASED_USER_VIEWS,
+    sql.DELETE_ERASED_USER_SESSIONS,
+)
+
+
+async def is_erased(conn: Connection, user_id: uuid.UUID) -> bool:
+    """Whether the user is erased, holding the user's shared lock until the transaction ends.
+
+    Run it in the transaction that then writes the user's id: an erasure that is writing
+    its tombstone now is waited for, one that comes later waits for this transaction.
+    """
+    await conn.execute(LOCK_USER_SHARED, sql.USER_LOCK_CLASS, str(user_id))
+    erased: bool = await conn.fetchval(sql.SELECT_USER_ERASED, user_digest(user_id))
+    return erased
+
+
+async def refuse_erased(conn: Connection, user_id: uuid.UUID | None) -> None:
+    """A request's guard: an erased user's token, still unexpired, writes nothing.
+
+    Its session is gone with the user, so the answer is the one a token of an ended session
+    gets (the check of the token may have passed just before the erasure committed).
+    """
+    if user_id is not None and await is_erased(conn, user_id):
+        raise SessionNotActive("this user has been erased")
+
+
+async def erase_user(
+    database: Database, user_id: uuid.UUID, now: datetime, *, batch_rows: int = ERASURE_BATCH_ROWS
+) -> int:
+    """Tombstone, end, then delete everything of the user; returns the rows deleted.
+
+    Safe to run again, and to run beside any request or job: a second run finds the
+    tombstone in place and nothing left to delete.
+    """
+    async with database.transaction() as conn:
+        await conn.execute(LOCK_USER_EXCLUSIVE, sql.USER_LOCK_CLASS, str(user_id))
+        await conn.execute(sql.INSERT_ERASED_USER, user_digest(user_id), now)
+        await conn.execute(sql.END_ERASED_USER_SESSIONS, user_id, now)
+    deleted = 0
+    for statement in ERASURE_DELETES:
+        while True:
+            async with database.transaction() as conn:
+                status = await conn.execute(statement, user_id, batch_rows)
+            count = int(status.rsplit(" ", 1)[1])
+            deleted += count
+            if count < batch_rows:
+                break
+    return deleted
+
+
+class ActivityData:
+    """The export of a user's sessions, views and actions."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    async def export(self, user_id: uuid.UUID, now: datetime) -> Mapping[str, Any]:
+        """The user's document, read while it is written; ``UserErased`` before anything."""
+        async with self._database.connection() as conn:
+            if await conn.fetchval(sql.SELECT_USER_ERASED, user_digest(user_id)):
+                raise UserErased()
+        return {"userId": user_id, "exportedAt": now, "sessions": self._sessions(user_id)}
+
+    async def _sessions(self, user_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
+        rows = keyset_rows(
+            self._database,
+            sql.EXPORT_SESSIONS_PAGE,
+            user_id,
+            start=KEYSET_START,
+            key=lambda row: (row["created_at"], row["id"]),
+        )
+        async for row in rows:
+            yield {
+                "sessionId": row["id"],
+                "anonymousId": row["anonymous_id"],
+                "status": row["status"],
+                "createdAt": row["created_at"],
+                "lastActivityAt": row["last_activity_at"],
+                "linkedAt": row["linked_at"],
+                "endedAt": row["ended_at"],
+                "durationSeconds": _seconds(row["duration"]),
+                "device": {
+                    "type": row["device_type"],
+                    "os": row["device_os"],
+                    "browser": row["device_browser"],
+                    "userAgent": row["device_user_agent"],
+                    "ipAddress": None if row["device_ip"] is None else mask_ip(row["device_ip"]),
+                },
+                "propertyViews": self._views(row["id"]),
+                "actions": self._actions(row["id"]),
+            }
+
+    async def _views(self, session_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
+        rows = keyset_rows(
+            self._database,
+            sql.EXPORT_VIEWS_PAGE,
+            session_id,
+            start=KEYSET_START,
+            key=lambda row: (row["started_at"], row["id"]),
+        )
+        async for row in rows:
+            yield {
+                "viewId": row["id"],
+                "propertyObjectId": row["property_object_id"],
+                "startedAt": row["started_at"],
+                "endedAt": row["ended_at"],
+                "durationSeconds": _seconds(row["duration"]),
+            }
+
+    async def _actions(self, session_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
+        rows = keyset_rows(
+            self._database,
+            sql.EXPORT_ACTIONS_PAGE,
+            session_id,
+            start=KEYSET_START,
+            key=lambda row: (row["created_at"], row["id"]),
+        )
+        async for row in rows:
+            yield {
+                "actionId": row["id"],
+                "type": row["type"],
+                "propertyObjectId": row["property_object_id"],
+                "data": row["data"],
+                "createdAt": row["created_at"],
+            }
+
+
+def _seconds(duration: timedelta | None) -> int | None:
+    return None if duration is None else int(duration.total_seconds())

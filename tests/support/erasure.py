@@ -1,0 +1,37 @@
+"""A user-erased event as the consumers receive it, and applying it the way a bus does."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry
+
+from pin_sessions.identity.events import user_erased
+from pin_sessions.platform.messaging.envelope import Message
+from pin_sessions.platform.messaging.metrics import MessagingMetrics
+from pin_sessions.platform.messaging.runner import ConsumerRunner, Handler, Outcome
+from pin_sessions.platform.outbox import to_json_value
+from pin_sessions.platform.runtime import Runtime
+
+
+def user_erased_message(user_id: uuid.UUID, erased_at: datetime) -> Message:
+    """Identity's event, its payload decoded from JSON as a bus hands it over."""
+    event = user_erased(user_id, erased_at)
+    return Message(
+        message_id=event.message_id,
+        topic=event.topic,
+        event_type=event.event_type,
+        version=event.version,
+        aggregate_type=event.aggregate_type,
+        aggregate_id=str(event.aggregate_id),
+        created_at=erased_at,
+        payload=json.loads(json.dumps(dict(event.payload), default=to_json_value)),
+    )
+
+
+async def deliver(runtime: Runtime, handler: Handler, message: Message) -> Outcome:
+    """One delivery through the consumer runner: dedup, prepare, the message's transaction."""
+    metrics = MessagingMetrics.register(CollectorRegistry())
+    return await ConsumerRunner(handler, runtime.database, runtime.clock, metrics).process(message)
