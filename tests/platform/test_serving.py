@@ -139,12 +139,26 @@ def test_serve_with_two_workers_shows_one_metrics_for_both(
 def test_a_worker_killed_is_replaced(database_url: str, tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    # Its log goes to a file: a pipe nobody reads while the test waits fills up with the
+    # request lines and blocks the processes that write to it.
+    log_file = (tmp_path / "serve.log").open("w+")
     process = pin_sessions(
-        "serve", "--port", str(port), "--workers", "2", env=_env(database_url, tmp_path)
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+        env=_env(database_url, tmp_path),
+        output=log_file,
     )
     try:
         wait_until_ready(url, process)
-        wait_until_sync(lambda: len(_workers(process)) == 2, timeout=30)
+        # Both listening: a worker killed before it listened would be a start-up failure,
+        # which stops them all by design.
+        wait_until_sync(
+            lambda: (tmp_path / "serve.log").read_text().count('"event": "listening"') == 2,
+            timeout=30,
+        )
         killed = _workers(process)[0]
         killed.kill()
         wait_until_sync(
@@ -153,9 +167,17 @@ def test_a_worker_killed_is_replaced(database_url: str, tmp_path: Path) -> None:
             ),
             timeout=30,
         )
+        # The replacement listens too before the stop, so the stop finds a steady state.
+        wait_until_sync(
+            lambda: (tmp_path / "serve.log").read_text().count('"event": "listening"') == 3,
+            timeout=30,
+        )
         assert httpx.get(f"{url}/readyz", timeout=5).status_code == 200
     finally:
         process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
+        process.wait(timeout=30)
+        log_file.seek(0)
+        err = log_file.read()
+        log_file.close()
     assert process.returncode == 0, err[-3000:]
     assert '"event": "API worker died, starting another"' in err

@@ -11,8 +11,12 @@ from tests.support.processes import free_port, pin_sessions
 from tests.support.waiting import wait_until
 
 
-async def _metrics(port: int) -> str:
-    """The first exposition that carries the delivery metrics, once the process serves it."""
+async def _metrics(port: int, sample: str) -> str:
+    """The first exposition that carries ``sample``, once the process serves it.
+
+    The endpoint serves the metric families from the start; a reader's samples appear with
+    its first pass, so the wait is for the sample, not its family's HELP line.
+    """
     served: list[str] = []
 
     async def delivery_metrics_served() -> bool:
@@ -22,7 +26,7 @@ async def _metrics(port: int) -> str:
         except httpx.HTTPError:
             return False
         served.append(response.text)
-        return "pin_outbox_pending" in response.text
+        return sample in response.text
 
     await wait_until(delivery_metrics_served, timeout=60, interval=0.1)
     return served[-1]
@@ -36,7 +40,7 @@ async def test_a_consumer_serves_its_metrics_and_stops_gracefully_on_sigterm(
         "consume", "dev-stats-session-ended", "--metrics-port", str(port), env=settings_env
     )
     try:
-        text = await _metrics(port)
+        text = await _metrics(port, 'pin_outbox_pending{reader="dev-stats-session-ended"}')
         assert 'pin_outbox_pending{reader="dev-stats-session-ended"} 0.0' in text
         assert 'pin_outbox_lag_seconds{reader="dev-stats-session-ended"} 0.0' in text
         process.send_signal(signal.SIGTERM)
