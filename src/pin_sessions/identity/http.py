@@ -30,6 +30,7 @@ from pin_sessions.identity.schemas import (
     TokenPairOut,
 )
 from pin_sessions.identity.user_data import UserData
+from pin_sessions.platform.auth import SessionNotActive
 from pin_sessions.platform.http.anonymous_id import OptionalDevice, anonymous_id_parameter
 from pin_sessions.platform.http.dependencies import (
     ClaimedUser,
@@ -219,10 +220,17 @@ async def erase_me(
     """Erase the caller's account (SPEC §10); needs an access token at most 10 minutes old.
 
     Repeating it answers 204 again and changes nothing, even though the token's session is
-    gone by then.
+    gone by then — also when the repeat runs at the same time as the first, whose erasure
+    may end the session between the two checks below.
     """
     if await data.erasure(claimed.user_id) is None:
-        await data.erase_own(await live_user(request), now)
+        try:
+            user = await live_user(request)
+        except SessionNotActive:
+            if await data.erasure(claimed.user_id) is None:
+                raise
+        else:
+            await data.erase_own(user, now)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -33,7 +33,6 @@ log = structlog.get_logger(__name__)
 
 # SPEC §10: erasing an account asks for an access token issued this recently.
 RECENT_SIGN_IN = timedelta(minutes=10)
-KEYSET_START = (datetime.min.replace(tzinfo=UTC), uuid.UUID(int=0))
 
 
 # Each retry follows a sign-in that opened a session during the erasure; a few suffice.
@@ -190,8 +189,6 @@ class UserData:
             self._database,
             sql.EXPORT_SIGN_IN_REQUESTS_PAGE,
             phone_number,
-            start=KEYSET_START,
-            key=lambda row: (row["created_at"], row["id"]),
         )
         async for row in rows:
             yield {
@@ -209,8 +206,6 @@ class UserData:
             self._database,
             sql.EXPORT_REFRESH_SESSIONS_PAGE,
             user_id,
-            start=KEYSET_START,
-            key=lambda row: (row["created_at"], row["id"]),
         )
         async for row in rows:
             yield {

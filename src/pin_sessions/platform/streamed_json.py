@@ -10,7 +10,9 @@ between pages.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -21,6 +23,8 @@ from pin_sessions.platform.outbox import to_json_value
 # Written out once this much is buffered: few enough writes, little held.
 CHUNK_BYTES = 64 * 1024
 PAGE_ROWS = 500
+# Before every (timestamp, UUID) key.
+FIRST_KEY = (datetime.min.replace(tzinfo=UTC), uuid.UUID(int=0))
 
 
 def _scalar(value: Any) -> str:
@@ -77,16 +81,16 @@ async def keyset_rows(
     database: Database,
     query: str,
     *args: Any,
-    start: tuple[Any, ...],
-    key: Callable[[asyncpg.Record], tuple[Any, ...]],
+    key: tuple[str, str] = ("created_at", "id"),
     page_rows: int = PAGE_ROWS,
 ) -> AsyncIterator[asyncpg.Record]:
-    """Every row of ``query``, a page at a time.
+    """Every row of ``query``, a page at a time, in the order of ``key``.
 
-    ``query`` takes ``*args``, then the key to read after (as many parameters as ``start``
-    has values), then the page size; it orders by that key, which ``key`` reads from a row.
+    ``key`` names a timestamp column and a UUID column that together order the rows and
+    tell each apart. ``query`` takes ``*args``, then the key to read after (two parameters),
+    then the page size, and orders by the key.
     """
-    after = start
+    after: tuple[Any, Any] = FIRST_KEY
     while True:
         async with database.connection() as conn:
             rows = await conn.fetch(query, *args, *after, page_rows)
@@ -94,4 +98,5 @@ async def keyset_rows(
             yield row
         if len(rows) < page_rows:
             return
-        after = key(rows[-1])
+        last = rows[-1]
+        after = (last[key[0]], last[key[1]])

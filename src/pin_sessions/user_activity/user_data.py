@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pin_sessions.platform.auth import SessionNotActive
@@ -23,7 +23,6 @@ from pin_sessions.platform.streamed_json import keyset_rows
 from pin_sessions.user_activity import sql
 from pin_sessions.user_activity.errors import UserErased
 
-KEYSET_START = (datetime.min.replace(tzinfo=UTC), uuid.UUID(int=0))
 # Rows per erasure batch: each batch is one short transaction.
 ERASURE_BATCH_ROWS = 1000
 ERASURE_DELETES = (
@@ -96,8 +95,6 @@ class ActivityData:
             self._database,
             sql.EXPORT_SESSIONS_PAGE,
             user_id,
-            start=KEYSET_START,
-            key=lambda row: (row["created_at"], row["id"]),
         )
         async for row in rows:
             yield {
@@ -125,8 +122,7 @@ class ActivityData:
             self._database,
             sql.EXPORT_VIEWS_PAGE,
             session_id,
-            start=KEYSET_START,
-            key=lambda row: (row["started_at"], row["id"]),
+            key=("started_at", "id"),
         )
         async for row in rows:
             yield {
@@ -142,8 +138,6 @@ class ActivityData:
             self._database,
             sql.EXPORT_ACTIONS_PAGE,
             session_id,
-            start=KEYSET_START,
-            key=lambda row: (row["created_at"], row["id"]),
         )
         async for row in rows:
             yield {
