@@ -24,6 +24,7 @@ from pin_sessions.platform.runtime import Runtime
 from tests.conftest import T0
 from tests.support.erasure import deliver, user_erased_message
 from tests.support.waiting import wait_until
+from tests.user_activity.jobs.support import lock_waiters
 
 
 def _ended(user_id: uuid.UUID | None, *, duration: int = 300) -> Message:
@@ -143,7 +144,7 @@ async def test_a_session_being_recorded_when_the_erasure_starts_is_waited_for(
             erasing = asyncio.create_task(erase_user(runtime.database, user, clock.now()))
 
             async def blocked_or_done() -> bool:
-                return erasing.done() or await _lock_waiters(runtime) > 0
+                return erasing.done() or await lock_waiters(runtime) > 0
 
             await wait_until(blocked_or_done, timeout=60, interval=0.01)
         await erasing
@@ -152,12 +153,3 @@ async def test_a_session_being_recorded_when_the_erasure_starts_is_waited_for(
 
     [fact] = await _facts(runtime)
     assert fact["user_id"] is None
-
-
-async def _lock_waiters(runtime: Runtime) -> int:
-    async with runtime.database.connection() as conn:
-        count: int = await conn.fetchval(
-            "select count(*) from pg_stat_activity "
-            "where datname = current_database() and wait_event_type = 'Lock'"
-        )
-    return count

@@ -32,7 +32,7 @@ from pin_sessions.user_activity.user_data import erase_user
 from tests.support.erasure import deliver, user_erased_message
 from tests.support.waiting import wait_until
 from tests.user_activity.conftest import IPHONE, UserFactory, device, outbox, sessions_of
-from tests.user_activity.jobs.support import close_once
+from tests.user_activity.jobs.support import close_once, lock_waiters
 
 START = "/api/user-activity/sessions/start"
 HEARTBEAT = "/api/user-activity/sessions/heartbeat"
@@ -368,7 +368,7 @@ async def test_a_request_writing_when_the_erasure_starts_is_waited_for(
             erasing = asyncio.create_task(erase_user(runtime.database, user.user_id, clock.now()))
 
             async def blocked_or_done() -> bool:
-                return erasing.done() or await _lock_waiters(runtime) > 0
+                return erasing.done() or await lock_waiters(runtime) > 0
 
             await wait_until(blocked_or_done, timeout=60, interval=0.01)
         await erasing
@@ -376,12 +376,3 @@ async def test_a_request_writing_when_the_erasure_starts_is_waited_for(
         await writer.close()
 
     assert await sessions_of(runtime, anonymous_id) == []
-
-
-async def _lock_waiters(runtime: Runtime) -> int:
-    async with runtime.database.connection() as conn:
-        count: int = await conn.fetchval(
-            "select count(*) from pg_stat_activity "
-            "where datname = current_database() and wait_event_type = 'Lock'"
-        )
-    return count

@@ -19,9 +19,6 @@ from typing import TYPE_CHECKING
 
 from pin_sessions.bootstrap import (
     build_identity_operations,
-    build_runtime,
-    database_endpoint,
-    worker_database,
 )
 from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, run_one_shot
 from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErasedConsumer
@@ -90,27 +87,19 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     if not _valid_phone(phone):
         return EXIT_USAGE
 
-    async def change(dsn: str) -> str:
-        runtime = build_runtime(settings, dsn, database=worker_database(settings, dsn, max_size=1))
-        await runtime.database.open()
-        try:
-            operations = build_identity_operations(runtime)
-            if action == "grant":
-                user_id = await operations.grant_permissions(
-                    phone, permissions, runtime.clock.now()
-                )
-            else:
-                user_id = await operations.withdraw_permissions(phone, permissions)
-            return str(user_id)
-        finally:
-            await runtime.database.close()
+    async def change(runtime: Runtime) -> str:
+        operations = build_identity_operations(runtime)
+        if action == "grant":
+            user_id = await operations.grant_permissions(phone, permissions, runtime.clock.now())
+        else:
+            user_id = await operations.withdraw_permissions(phone, permissions)
+        return str(user_id)
 
-    with database_endpoint(settings) as dsn:
-        try:
-            user_id = asyncio.run(change(dsn))
-        except UnknownPhoneNumber as exc:
-            print(f"pin-sessions: {exc.detail}", file=sys.stderr)
-            return EXIT_FAILURE
+    try:
+        user_id = run_one_shot(settings, change)
+    except UnknownPhoneNumber as exc:
+        print(f"pin-sessions: {exc.detail}", file=sys.stderr)
+        return EXIT_FAILURE
     print(json.dumps({"userId": user_id, action: sorted(set(permissions))}))
     return 0
 

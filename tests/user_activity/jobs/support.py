@@ -71,6 +71,13 @@ async def retain_once(
     return result
 
 
+async def lock_waiters(runtime: Runtime) -> int:
+    """Backends of this database waiting on a lock now."""
+    async with runtime.database.connection() as conn:
+        count: int = await conn.fetchval(COUNT_LOCK_WAITERS)
+    return count
+
+
 async def wait_for_lock_waiters(runtime: Runtime, count: int) -> None:
     """Until ``count`` backends of this database wait on a lock (read afresh each time)."""
 
