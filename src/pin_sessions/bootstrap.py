@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
-from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.dev_stats import routes as dev_stats_routes
@@ -39,6 +38,7 @@ from pin_sessions.platform.database import Bounds, Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.platform.http.dependencies import HttpServices
+from pin_sessions.platform.http.fast_path import ServiceApp
 from pin_sessions.platform.jobs import Job, PollingWorker
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.platform.messaging.kafka import KafkaConsumer
@@ -232,7 +232,7 @@ def build_http_services(runtime: Runtime, key_set: KeySet | None = None) -> Http
     )
 
 
-def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None) -> FastAPI:
+def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None) -> ServiceApp:
     """The HTTP API with the routes of every context.
 
     ``/metrics`` shows the runtime's registry, or ``metrics_view`` when the process is one
@@ -268,7 +268,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         routers,
         state=state,
         quiet_paths=user_activity_http.QUIET_PATHS,
-        # Every device, once a minute: the heartbeat is served beneath the framework too.
+        # Every device, once a minute: the heartbeat is served ahead of the framework too.
         fast_routes=[user_activity_http.HEARTBEAT_ROUTE],
     )
 

@@ -17,6 +17,8 @@ from tests.support.http import in_process
 ALLOWED = "http://shop.example:8080"
 OTHER = "http://elsewhere.example"
 START = "/api/user-activity/sessions/start"
+# Served ahead of the framework (platform.http.fast_path), inside the same request layers.
+HEARTBEAT = "/api/user-activity/sessions/heartbeat"
 
 
 @pytest.fixture
@@ -94,13 +96,16 @@ async def test_answers_and_errors_on_the_api_are_readable_by_a_listed_origin(
     started = await wire.post(START, headers={"Origin": ALLOWED, "X-Anonymous-Id": device})
     refused = await wire.post(START, headers={"Origin": ALLOWED, "X-Anonymous-Id": "not-a-uuid"})
     keys = await wire.get("/.well-known/jwks.json", headers={"Origin": ALLOWED})
-    for response in (started, refused, keys):
+    beat = await wire.post(HEARTBEAT, headers={"Origin": ALLOWED, "X-Anonymous-Id": device})
+    bad_beat = await wire.post(HEARTBEAT, headers={"Origin": ALLOWED, "X-Anonymous-Id": "x"})
+    for response in (started, refused, keys, beat, bad_beat):
         assert response.headers["access-control-allow-origin"] == ALLOWED
         assert "Origin" in response.headers["vary"]
         exposed = response.headers["access-control-expose-headers"].lower()
         assert "retry-after" in exposed and "x-request-id" in exposed
     assert started.status_code == 200 and started.json()["anonymousId"] == device
-    assert refused.status_code == 400
+    assert refused.status_code == bad_beat.status_code == 400
+    assert beat.status_code == 200 and beat.json()["sessionId"] == started.json()["sessionId"]
 
 
 async def test_without_origins_configured_the_api_is_same_origin_only(

@@ -1,13 +1,16 @@
-"""FastPath: an exact method and path dispatched beneath the framework to the route's endpoint.
+"""FastPath: an exact method and path dispatched ahead of the framework to the route's endpoint.
 
 The route is registered once and stays the documented operation; the fast path calls its
-endpoint directly and renders an error through the handler the app registered for it.
-Starlette's router marks a request it routed with ``scope["endpoint"]``: the probe reports
-whether it was there, so each test sees which of the two served the request.
+endpoint directly, inside the app's own request layers, and renders an error through the
+handler the app registered for it. Starlette's router marks a request it routed with
+``scope["endpoint"]``, and Starlette's outermost error middleware is on the call stack of
+any request it handles: the probe reports both, so each test sees which of the two served
+the request.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import AsyncIterator
 
@@ -16,6 +19,7 @@ import pytest
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
+from starlette.middleware.errors import ServerErrorMiddleware
 
 from pin_sessions.bootstrap import build_http_services
 from pin_sessions.platform.errors import AppError
@@ -36,8 +40,14 @@ class Refused(AppError):
 async def probe(request: Request) -> Response:
     if request.headers.get("x-refuse"):
         raise Refused("no")
-    routed = "endpoint" in request.scope
-    return Response(json.dumps({"routedByFramework": routed}), media_type="application/json")
+    through = {
+        "routedByFramework": "endpoint" in request.scope,
+        "insideFrameworkLayers": any(
+            isinstance(frame.frame.f_locals.get("self"), ServerErrorMiddleware)
+            for frame in inspect.stack(context=0)
+        ),
+    }
+    return Response(json.dumps(through), media_type="application/json")
 
 
 def _router() -> tuple[APIRouter, APIRoute]:
@@ -62,12 +72,14 @@ async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-async def test_the_exact_method_and_path_reach_the_endpoint_beneath_the_router(
+async def test_the_exact_method_and_path_reach_the_endpoint_ahead_of_the_framework(
     client: httpx.AsyncClient,
 ) -> None:
     response = await client.post(PROBE)
     assert response.status_code == 200
-    assert response.json() == {"routedByFramework": False}
+    assert response.json() == {"routedByFramework": False, "insideFrameworkLayers": False}
+    # Still inside the app's own request context.
+    assert response.headers["x-request-id"]
 
 
 async def test_without_the_fast_path_the_same_endpoint_is_routed_by_the_framework(
@@ -76,7 +88,7 @@ async def test_without_the_fast_path_the_same_endpoint_is_routed_by_the_framewor
     transport = httpx.ASGITransport(app=_app(runtime, fast=False))
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         response = await client.post(PROBE)
-    assert response.json() == {"routedByFramework": True}
+    assert response.json() == {"routedByFramework": True, "insideFrameworkLayers": True}
 
 
 async def test_another_method_or_path_passes_on_to_the_framework(
@@ -117,7 +129,5 @@ def test_an_endpoint_that_needs_more_than_the_request_is_refused() -> None:
 
     [route] = [r for r in router.routes if isinstance(r, APIRoute)]
 
-    async def app(scope: object, receive: object, send: object) -> None: ...
-
     with pytest.raises(ValueError, match="takes the request alone"):
-        FastPath(app, routes=[route])
+        FastPath([route], layers=lambda endpoints: endpoints)

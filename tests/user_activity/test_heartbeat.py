@@ -1,7 +1,7 @@
-"""The heartbeat: one handler, one UPDATE, served beneath the framework and as the route.
+"""The heartbeat: one handler, one UPDATE, served ahead of the framework and as the route.
 
 Every device heartbeats once a minute. The route is registered once, and the app also
-dispatches it beneath the framework (``platform.http.fast_path``) to the same function;
+dispatches it ahead of the framework (``platform.http.fast_path``) to the same function;
 a heartbeat's session is extended by one group-committed UPDATE, never a second one,
 whatever follows (a body, a token, a restart).
 """
@@ -11,18 +11,16 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import cast
 
 import httpx
 import pytest
-from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap import build_api, build_runtime
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Database
-from pin_sessions.platform.http.fast_path import FastPath
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import Settings
@@ -113,13 +111,12 @@ async def test_every_heartbeat_runs_the_conditional_update_exactly_once(
     assert [row["last_activity_at"] for row in active] == [clock.now()]
 
 
-def test_the_heartbeat_is_one_route_that_the_app_also_serves_beneath_the_framework(
+def test_the_heartbeat_is_one_route_that_the_app_also_serves_ahead_of_the_framework(
     settings: Settings, database_url: str, clock: FixedClock
 ) -> None:
     api = build_api(build_runtime(settings, database_url, clock=clock))
-    installed = [m for m in api.user_middleware if cast(object, m.cls) is FastPath]
-    assert len(installed) == 1
-    routes = cast(list[APIRoute], installed[0].kwargs["routes"])
+    assert api.fast_path is not None
+    routes = api.fast_path.routes
     assert [(route.path, route.methods) for route in routes] == [(HEARTBEAT_PATH, {"POST"})]
     document = api.openapi()
     assert list(document["paths"][HEARTBEAT_PATH]) == ["post"]
@@ -133,9 +130,7 @@ async def test_beneath_the_framework_and_through_it_the_answer_is_the_same(
     clock.advance(timedelta(seconds=40))
     served = build_api(build_runtime(settings, database_url, clock=clock))
     plain = build_api(build_runtime(settings, database_url, clock=clock))
-    plain.user_middleware = [
-        m for m in plain.user_middleware if cast(object, m.cls) is not FastPath
-    ]
+    plain.fast_path = None
     answers = []
     for app in (served, plain):
         async with in_process(app) as client:
@@ -168,6 +163,41 @@ async def test_a_database_failure_is_a_problem_counted_and_logged_under_the_hear
         if response.headers["x-request-id"] in line and '"http request"' in line
     ]
     assert line["route"] == HEARTBEAT_PATH
+
+
+@pytest.mark.parametrize("sent", ["declared", "streamed"])
+async def test_a_body_over_the_limit_is_a_413_and_extends_nothing(
+    api_url: str, runtime: Runtime, clock: FixedClock, sent: str
+) -> None:
+    """Served ahead of the framework, the heartbeat reads its body in step with the app
+    (no task watches for the client leaving), bounded all the same: a declared length
+    over the limit is refused unread, a streamed one as it crosses the limit."""
+    anonymous_id = await _active_device(runtime)
+    before = await sessions_of(runtime, anonymous_id)
+    clock.advance(timedelta(seconds=40))
+    oversized = b"{" + b" " * (runtime.settings.http.max_body_bytes + 1) + b"}"
+
+    async def streamed() -> AsyncIterator[bytes]:
+        for start in range(0, len(oversized), 4096):
+            yield oversized[start : start + 4096]
+
+    content = oversized if sent == "declared" else streamed()
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
+        response = await client.post(
+            HEARTBEAT_PATH,
+            headers={**device(anonymous_id), "Content-Type": "application/json"},
+            content=content,
+        )
+        unchanged = await sessions_of(runtime, anonymous_id)
+        # The next heartbeat is served as ever.
+        again = await client.post(HEARTBEAT_PATH, headers=device(anonymous_id))
+
+    assert response.status_code == 413
+    assert response.json()["code"] == "PAYLOAD_TOO_LARGE"
+    assert ("transfer-encoding" in response.request.headers) is (sent == "streamed")
+    assert unchanged == before
+    assert again.status_code == 200
+    assert again.json()["lastActivityAt"] == clock.now().isoformat().replace("+00:00", "Z")
 
 
 async def _bad_authorization(kind: str, tokens: Tokens, clock: FixedClock) -> str:

@@ -117,7 +117,7 @@ async def heartbeat(request: Request) -> Response:
     """Extend the device's Active session; a new one starts when there is none.
 
     Every device, once a minute: by far the most frequent request, so it reads all it
-    needs from the request itself and the app also serves it beneath the framework
+    needs from the request itself and the app also serves it ahead of the framework
     (``platform.http.fast_path``), through this same function. Extending a session is its
     share of one group-committed UPDATE (``heartbeats``); only a restart asks whether the
     caller's token is still live and parses the device (INV-SES-003).

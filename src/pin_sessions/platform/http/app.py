@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from starlette.types import ASGIApp
 
 from pin_sessions.platform.http.cors import CorsMiddleware
 from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.docs import install_offline_docs
-from pin_sessions.platform.http.fast_path import FastPath
+from pin_sessions.platform.http.fast_path import FastPath, ServiceApp
 from pin_sessions.platform.http.head import HeadAsGet
 from pin_sessions.platform.http.health import Readiness
 from pin_sessions.platform.http.health import router as health_router
@@ -20,6 +22,9 @@ from pin_sessions.platform.http.openapi import install_problem_schema
 from pin_sessions.platform.http.problems import install_problem_handlers
 from pin_sessions.platform.metrics import HttpMetrics
 from pin_sessions.platform.runtime import Runtime
+
+# A middleware class and its options, as ``add_middleware`` takes them.
+Layer = tuple[Callable[..., ASGIApp], dict[str, Any]]
 
 
 def create_http_app(
@@ -30,14 +35,15 @@ def create_http_app(
     state: Mapping[str, object] | None = None,
     quiet_paths: Iterable[str] = (),
     fast_routes: Sequence[APIRoute] = (),
-) -> FastAPI:
+) -> ServiceApp:
     """An app whose lifespan opens and closes the runtime's database pool.
 
     ``services`` (and each entry of ``state``) is put on ``app.state`` for the routes'
     dependencies. Successful requests to ``quiet_paths`` are counted in metrics but not
     logged line by line. ``fast_routes`` — routes of ``routers`` whose endpoint takes the
-    request alone — are dispatched beneath the framework (``fast_path``), inside the request
-    context (request id, metrics, body limit).
+    request alone — are dispatched ahead of the framework (``fast_path``), inside the same
+    request layers as every other route (request context: request id, metrics, logs, body
+    limit; CORS).
     """
 
     @asynccontextmanager
@@ -53,7 +59,7 @@ def create_http_app(
                 await runtime.database.close()
 
     quiet = QUIET_PATHS | frozenset(quiet_paths)
-    app = FastAPI(
+    app = ServiceApp(
         title="PIN Sessions",
         version="1",
         lifespan=lifespan,
@@ -81,20 +87,46 @@ def create_http_app(
     app.include_router(health_router)
     for router in routers:
         app.include_router(router)
-    # The middleware added last runs first.
+    # The middleware added last runs first: the request layers, then HEAD as GET. The
+    # fast path's endpoints run inside the very same request layers.
     app.add_middleware(HeadAsGet)
+    metrics = HttpMetrics.register(runtime.registry)
+    for layer, options in _request_layers(runtime, metrics, quiet, read_ahead=True):
+        app.add_middleware(layer, **options)
     if fast_routes:
-        app.add_middleware(FastPath, routes=fast_routes)
-    app.add_middleware(
-        RequestContextMiddleware,
-        metrics=HttpMetrics.register(runtime.registry),
-        max_body_bytes=runtime.settings.http.max_body_bytes,
-        quiet_paths=quiet,
-    )
+        # A fast route is a short share of work batched for many requests: nothing a
+        # client's leaving could stop (receiving.py).
+        fast = _request_layers(runtime, metrics, quiet, read_ahead=False)
+        app.fast_path = FastPath(fast_routes, layers=lambda endpoints: _wrap(endpoints, fast))
+    return app
+
+
+def _request_layers(
+    runtime: Runtime, metrics: HttpMetrics, quiet: frozenset[str], *, read_ahead: bool
+) -> list[Layer]:
+    """This app's own middleware around every request, innermost first."""
+    layers: list[Layer] = [
+        (
+            RequestContextMiddleware,
+            {
+                "metrics": metrics,
+                "max_body_bytes": runtime.settings.http.max_body_bytes,
+                "quiet_paths": quiet,
+                "read_ahead": read_ahead,
+            },
+        )
+    ]
     # Outermost, so every answer on a scoped path is labelled for the allowed origin, the
     # request context's own (413, the last-word 500) included: a browser shows a script an
     # unlabelled error as a network failure, without its status.
     origins = runtime.settings.http.cors_origins
     if origins:
-        app.add_middleware(CorsMiddleware, origins=origins)
+        layers.append((CorsMiddleware, {"origins": origins}))
+    return layers
+
+
+def _wrap(app: ASGIApp, layers: list[Layer]) -> ASGIApp:
+    """``app`` inside ``layers``, nested as ``add_middleware`` nests them."""
+    for layer, options in layers:
+        app = layer(app, **options)
     return app

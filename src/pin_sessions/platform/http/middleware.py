@@ -42,8 +42,10 @@ class RequestContextMiddleware:
         metrics: HttpMetrics,
         max_body_bytes: int,
         quiet_paths: Iterable[str] = (),
+        read_ahead: bool = True,
     ) -> None:
         self.app = app
+        self.read_ahead = read_ahead
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.quiet_paths = QUIET_PATHS | frozenset(quiet_paths)
@@ -57,7 +59,9 @@ class RequestContextMiddleware:
         structlog.contextvars.bind_contextvars(requestId=request_id)
         started = time.perf_counter()
         status = 500
-        reader = RequestReader(scope, receive, max_body_bytes=self.max_body_bytes)
+        reader = RequestReader(
+            scope, receive, max_body_bytes=self.max_body_bytes, read_ahead=self.read_ahead
+        )
 
         async def send_with_id(message: Message) -> None:
             nonlocal status

@@ -7,6 +7,11 @@ cancels the request's task while no response has started. So a client that gives
 also stops its query (SPEC §9): asyncpg answers a cancelled statement with a cancel
 request to the server.
 
+A route that is only ever a short share of work done for many requests at once (the
+heartbeat's group-committed UPDATE) has nothing to stop, and a task per request to watch
+for the client leaving costs it a tenth of its CPU: with ``read_ahead=False`` the reader
+hands the server's messages through as the app asks for them, bounded all the same.
+
 Bodies are bounded: a declared ``Content-Length`` over the limit is refused before a
 byte is read, a streamed body as soon as it crosses the limit; either way the app's
 ``receive`` raises :class:`~pin_sessions.platform.errors.PayloadTooLarge`.
@@ -25,11 +30,16 @@ DISCONNECT: Message = {"type": "http.disconnect"}
 
 
 class RequestReader:
-    """Reads one request's messages ahead of the app, within the body limit."""
+    """Reads one request's messages for the app (ahead of it, unless told not to), within
+    the body limit."""
 
-    def __init__(self, scope: Scope, receive: Receive, *, max_body_bytes: int) -> None:
+    def __init__(
+        self, scope: Scope, receive: Receive, *, max_body_bytes: int, read_ahead: bool = True
+    ) -> None:
         self._receive = receive
         self._limit = max_body_bytes
+        self._read_ahead = read_ahead
+        self._seen = 0
         self._chunks: deque[Message] = deque()
         self._arrived = asyncio.Event()
         self._too_large = _declared_length(scope) > max_body_bytes
@@ -39,7 +49,7 @@ class RequestReader:
         self._reader: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        if not self._too_large:
+        if self._read_ahead and not self._too_large:
             self._reader = asyncio.create_task(self._read(), name="request-reader")
 
     def stop(self) -> None:
@@ -60,6 +70,8 @@ class RequestReader:
 
     async def receive(self) -> Message:
         """The app's ``receive``: body chunks in order, then ``http.disconnect``."""
+        if not self._read_ahead:
+            return await self._receive_in_step()
         while not self._chunks:
             if self._too_large:
                 raise PayloadTooLarge(f"request body exceeds {self._limit} bytes")
@@ -69,8 +81,20 @@ class RequestReader:
             await self._arrived.wait()
         return self._chunks.popleft()
 
+    async def _receive_in_step(self) -> Message:
+        if not self._too_large:
+            message = await self._receive()
+            if self._within_limit(message):
+                return message
+        raise PayloadTooLarge(f"request body exceeds {self._limit} bytes")
+
+    def _within_limit(self, message: Message) -> bool:
+        self._seen += len(message.get("body", b""))
+        if self._seen > self._limit:
+            self._too_large = True
+        return not self._too_large
+
     async def _read(self) -> None:
-        seen = 0
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
@@ -79,10 +103,8 @@ class RequestReader:
                 if not self._responding and self._task is not None:
                     self._task.cancel()
                 return
-            seen += len(message.get("body", b""))
-            if seen > self._limit:
+            if not self._within_limit(message):
                 # Stop reading: the rest of an oversized body is never buffered.
-                self._too_large = True
                 self._arrived.set()
                 return
             self._chunks.append(message)
