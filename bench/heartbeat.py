@@ -1,7 +1,8 @@
 """Heartbeat benchmark: the real API against a bare app doing one UPDATE per request, under wrk.
 
     python bench/heartbeat.py [--sessions 100000] [--duration 8] [--rounds 2]
-                              [--connections 64] [--threads 2] [--workers 1]
+                              [--connections 64] [--paced-connections 256]
+                              [--threads 2] [--workers 1]
                               [--rate 3000] [--sweep 100000,1000000,10000000]
 
 Load comes from wrk (Debian package ``wrk``), a native load generator, so the servers'
@@ -14,7 +15,10 @@ uvicorn with as many worker processes (``--workers``). Drives each with wrk's cl
 (``--threads``, ``--connections``, ``--duration`` seconds), alternating A B A B for
 ``--rounds`` rounds so a noisy neighbour hits both. Then, at each table size of
 ``--sweep``, ``--rounds`` rounds of the API's closed loop and of a fixed ``--rate`` per
-second (paced by the wrk script, latency counted from each request's scheduled time),
+second (paced by the wrk script, latency counted from each request's scheduled time, over
+``--paced-connections``: a connection waits for its answer before its next request, so
+too few would cap the rate — at 3,000/s, 64 connections would allow 21 ms per request
+before the schedule slipped — while real devices do not queue behind each other),
 alternating, reported as medians. The sweep grows one table, so a size is measured after
 the smaller ones on the same database.
 
@@ -22,7 +26,9 @@ Besides requests per second it reports CPU per heartbeat — the server's proces
 PostgreSQL's (user + system time over the run, from psutil), so a gain that only moves
 work into the database shows — the write-ahead log written per request, and, with one
 worker, the heartbeat batches of the run (``user_activity_heartbeat_batch_size`` from the
-API's /metrics). Prints one JSON object.
+API's /metrics), and the machine's CPU over each run: the load generator's own CPU per
+request, and the shares of the two cores that were busy, idle, or stolen by the
+hypervisor (from /proc/stat). Prints one JSON object.
 
 PostgreSQL: ``PIN_DATABASE_URL`` when set (its PostgreSQL processes must run on this
 machine for the CPU figures), else an embedded server in a temporary directory.
@@ -35,6 +41,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -80,6 +87,8 @@ returning id, anonymous_id, user_id, linked_at, status, created_at, last_activit
 """
 
 WAL_POSITION = "select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+# /proc/stat's first columns: the cores' time by kind since boot.
+CPU_KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 WRK_MISSING = (
     "bench/heartbeat.py drives its load with wrk, a native HTTP load generator, so that the "
@@ -235,13 +244,32 @@ def _batches(before: dict[str, float], after: dict[str, float]) -> dict[str, Any
     }
 
 
+def _machine_cpu() -> list[int]:
+    """The machine's CPU time so far by kind (/proc/stat's first line, in clock ticks)."""
+    with open("/proc/stat") as stat:
+        return [int(ticks) for ticks in stat.readline().split()[1:9]]
+
+
+def _cpu_shares(before: list[int], after: list[int]) -> dict[str, float]:
+    """How the cores' time went between two readings: busy, idle, or stolen."""
+    spent = dict(zip(CPU_KINDS, (b - a for a, b in zip(before, after, strict=True)), strict=True))
+    total = max(sum(spent.values()), 1)
+    return {
+        "busy": round((spent["user"] + spent["nice"] + spent["system"] + spent["irq"]
+                       + spent["softirq"]) / total, 3),
+        "idle": round((spent["idle"] + spent["iowait"]) / total, 3),
+        "steal": round(spent["steal"] / total, 3),
+    }  # fmt: skip
+
+
 def wrk(
     port: int, *, args: argparse.Namespace, sessions: int, seconds: float, rate: float = 0
 ) -> dict[str, Any]:
-    """One wrk run against ``port``; its JSON line, CPU per request of both sides, batches."""
+    """One wrk run against ``port``; its JSON line, CPU per request of every side, batches."""
     whole_seconds = max(1, round(seconds))  # wrk takes whole seconds
+    connections = args.paced_connections if rate else args.connections
     command = [
-        "wrk", "-t", str(args.threads), "-c", str(args.connections), "-d", f"{whole_seconds}s",
+        "wrk", "-t", str(args.threads), "-c", str(connections), "-d", f"{whole_seconds}s",
         "--timeout", "10s", "-s", str(LUA_SCRIPT), f"http://127.0.0.1:{port}",
         "--", str(sessions), str(rate), str(args.threads),
     ]  # fmt: skip
@@ -252,7 +280,11 @@ def wrk(
     server, postgres = _tree(_SERVER_PIDS[port]), _postgres_processes()
     cpu_before = (_cpu_seconds(server), _cpu_seconds(postgres))
     wal_before = _wal_position()
+    machine_before = _machine_cpu()
+    generator_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    generator_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    shares = _cpu_shares(machine_before, _machine_cpu())
     cpu_after = (_cpu_seconds(server), _cpu_seconds(postgres))
     wal_bytes = _wal_position() - wal_before
     if result.returncode != 0:
@@ -262,6 +294,12 @@ def wrk(
     measured["serverCpuUsPerRequest"] = round((cpu_after[0] - cpu_before[0]) / ok * 1e6, 1)
     measured["postgresCpuUsPerRequest"] = round((cpu_after[1] - cpu_before[1]) / ok * 1e6, 1)
     measured["walBytesPerRequest"] = round(wal_bytes / ok)
+    generator_seconds = (generator_after.ru_utime + generator_after.ru_stime) - (
+        generator_before.ru_utime + generator_before.ru_stime
+    )
+    measured["loadGeneratorCpuUsPerRequest"] = round(generator_seconds / ok * 1e6, 1)
+    measured["connections"] = connections
+    measured["machineCpu"] = shares
     if batches:
         measured["batches"] = _batches(histogram, _batch_histogram(port))
     for key in ("requestsPerSecond", "p50Ms", "p99Ms", "scheduledP50Ms", "scheduledP99Ms"):
@@ -370,7 +408,10 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--connections", type=int, default=64, help="closed loops")
+    parser.add_argument(
+        "--paced-connections", type=int, default=256, help="fixed-rate runs (see above)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="processes of each server")
     parser.add_argument("--rate", type=float, default=3000.0)
@@ -395,6 +436,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "threads": args.threads,
         "connections": args.connections,
+        "pacedConnections": args.paced_connections,
         "workersPerServer": args.workers,
         "cpus": os.cpu_count(),
         "loadAverageAtStart": [round(value, 2) for value in os.getloadavg()],
@@ -464,6 +506,7 @@ def _medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     figures = (
         "requestsPerSecond", "p50Ms", "p99Ms", "scheduledP50Ms", "scheduledP99Ms",
         "serverCpuUsPerRequest", "postgresCpuUsPerRequest", "walBytesPerRequest",
+        "loadGeneratorCpuUsPerRequest",
     )  # fmt: skip
     report: dict[str, Any] = {
         "requests": sum(one["requests"] for one in rounds),
@@ -474,6 +517,7 @@ def _medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             report[key] = round(statistics.median(one[key] for one in rounds), 2)
     report["roundsPerSecond"] = [one["requestsPerSecond"] for one in rounds]
     report["roundsP99Ms"] = [one.get("scheduledP99Ms", one["p99Ms"]) for one in rounds]
+    report["roundsMachineCpu"] = [one["machineCpu"] for one in rounds]
     if rounds[0].get("batches"):
         report["batches"] = rounds[len(rounds) // 2]["batches"]
     return report
@@ -495,7 +539,11 @@ def _combined(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             sum(one["postgresCpuUsPerRequest"] for one in rounds) / count, 1
         ),
         "walBytesPerRequest": round(sum(one["walBytesPerRequest"] for one in rounds) / count),
+        "loadGeneratorCpuUsPerRequest": round(
+            sum(one["loadGeneratorCpuUsPerRequest"] for one in rounds) / count, 1
+        ),
         "roundsPerSecond": [round(one["requestsPerSecond"], 1) for one in rounds],
+        "roundsMachineCpu": [one["machineCpu"] for one in rounds],
     }
 
 

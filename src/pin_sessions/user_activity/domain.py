@@ -46,6 +46,14 @@ class SessionSnapshot:
     last_activity_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ExtendedSession:
+    """A session a heartbeat extended: all its answer tells."""
+
+    id: uuid.UUID
+    last_activity_at: datetime
+
+
 def device_info(user_agent: str | None, ip_address: str | None) -> DeviceInfo:
     """Parse the request's user agent once; the stored text is cut to its column's length."""
     text = truncate_user_agent(user_agent)

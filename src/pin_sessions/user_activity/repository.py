@@ -13,7 +13,12 @@ from typing import Any
 from pin_sessions.platform.database import Connection
 from pin_sessions.platform.ids import new_id
 from pin_sessions.user_activity import sql
-from pin_sessions.user_activity.domain import DeviceInfo, SessionSnapshot, SessionStatus
+from pin_sessions.user_activity.domain import (
+    DeviceInfo,
+    ExtendedSession,
+    SessionSnapshot,
+    SessionStatus,
+)
 
 
 def snapshot(row: Any) -> SessionSnapshot:
@@ -30,11 +35,11 @@ def snapshot(row: Any) -> SessionSnapshot:
 
 async def extend_sessions(
     conn: Connection, activity: Mapping[uuid.UUID, datetime]
-) -> dict[uuid.UUID, SessionSnapshot]:
+) -> dict[uuid.UUID, ExtendedSession]:
     """Extend each device's Active session to its time; devices with none are left out."""
     devices = sorted(activity)
     rows = await conn.fetch(sql.HEARTBEAT_BATCH, devices, [activity[device] for device in devices])
-    return {row["anonymous_id"]: snapshot(row) for row in rows}
+    return {device: ExtendedSession(session_id, at) for device, session_id, at in rows}
 
 
 def _new_session(

@@ -16,8 +16,7 @@ update user_activity.sessions as s
 set last_activity_at = greatest(s.last_activity_at, batch.at)
 from unnest($1::uuid[], $2::timestamptz[]) as batch(anonymous_id, at)
 where s.anonymous_id = batch.anonymous_id and s.status = 'Active'
-returning s.id, s.anonymous_id, s.user_id, s.linked_at, s.status, s.created_at,
-          s.last_activity_at
+returning s.anonymous_id, s.id, s.last_activity_at
 """
 
 # INV-SES-001/003 in one statement: continue the device's Active session or start one. The
