@@ -4,6 +4,7 @@
                               [--connections 64] [--paced-connections 256]
                               [--threads 2] [--workers 1]
                               [--rate 3000] [--sweep 100000,1000000,10000000]
+                              [--profile heartbeat.stacks]
 
 Load comes from wrk (Debian package ``wrk``), a native load generator, so the servers'
 Python is not also paying for the client's. Seeds ``--sessions`` Active sessions (device
@@ -28,7 +29,9 @@ work into the database shows — the write-ahead log written per request, and, w
 worker, the heartbeat batches of the run (``user_activity_heartbeat_batch_size`` from the
 API's /metrics), and the machine's CPU over each run: the load generator's own CPU per
 request, and the shares of the two cores that were busy, idle, or stolen by the
-hypervisor (from /proc/stat). Prints one JSON object.
+hypervisor (from /proc/stat). With ``--profile FILE``, one more closed loop of the API
+runs with py-spy sampling its (first) worker: the stacks go to FILE and the functions
+holding the most samples into the report. Prints one JSON object.
 
 PostgreSQL: ``PIN_DATABASE_URL`` when set (its PostgreSQL processes must run on this
 machine for the CPU figures), else an embedded server in a temporary directory.
@@ -51,6 +54,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,6 +93,7 @@ returning id, anonymous_id, user_id, linked_at, status, created_at, last_activit
 WAL_POSITION = "select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
 # /proc/stat's first columns: the cores' time by kind since boot.
 CPU_KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+PROFILE_TOP = 25
 
 WRK_MISSING = (
     "bench/heartbeat.py drives its load with wrk, a native HTTP load generator, so that the "
@@ -314,6 +319,55 @@ _POSTMASTER: list[int] = []
 _DSN: list[str] = []
 
 
+# --- profile ---------------------------------------------------------------------------
+
+
+def _profile(port: int, args: argparse.Namespace, sessions: int, path: Path) -> dict[str, Any]:
+    """One more closed loop of the API, its (first) worker sampled by py-spy meanwhile.
+
+    The raw stacks go to ``path`` (one ``frame;frame;… count`` line per stack, as flame
+    graph tools read them); the report gets the run and the functions holding the most
+    samples, on their own (self) and with what they call (inclusive).
+    """
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    server = psutil.Process(_SERVER_PIDS[port])
+    # `serve --workers N` runs its app in N spawned children, one process alone without.
+    workers = [p for p in server.children() if "spawn_main" in " ".join(p.cmdline())]
+    target = workers[0].pid if workers else server.pid
+    seconds = max(1, round(args.duration))
+    sampler = subprocess.Popen(
+        [spy, "record", "--pid", str(target), "--duration", str(seconds), "--rate", "200",
+         "--format", "raw", "--output", str(path), "--nonblocking"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    measured = wrk(port, args=args, sessions=sessions, seconds=seconds)
+    if sampler.wait(timeout=seconds + 60) != 0:
+        raise RuntimeError(f"py-spy failed (exit {sampler.returncode}); it needs ptrace rights")
+    own: Counter[str] = Counter()
+    within: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [_function(frame) for frame in stack.split(";")]
+        own[frames[-1]] += int(count)
+        within.update(dict.fromkeys(frames, int(count)))
+    total = max(sum(own.values()), 1)
+    return {
+        "run": measured,
+        "samples": total,
+        "rateHz": 200,
+        "selfShare": {name: round(n / total, 3) for name, n in own.most_common(PROFILE_TOP)},
+        "inclusiveShare": {
+            name: round(n / total, 3) for name, n in within.most_common(PROFILE_TOP * 2)
+        },
+    }
+
+
+def _function(frame: str) -> str:
+    """``name (path/to/module.py:line)`` as ``name (module.py)``: one entry per function."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({Path(where.split(':', 1)[0]).name})" if where else name
+
+
 # --- orchestration ---------------------------------------------------------------------
 
 
@@ -416,6 +470,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes of each server")
     parser.add_argument("--rate", type=float, default=3000.0)
     parser.add_argument("--sweep", default="", help="table sizes, e.g. 100000,1000000")
+    parser.add_argument(
+        "--profile", default="", help="file for py-spy's stacks of one more API closed loop"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print(WRK_MISSING, file=sys.stderr)
@@ -450,6 +507,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for port in (api_port, baseline_port):
                 wrk(port, args=args, sessions=seeded, seconds=WARMUP_SECONDS)
             report.update(_compare(api_port, baseline_port, args, seeded))
+            if args.profile:
+                report["profile"] = _profile(api_port, args, seeded, Path(args.profile))
             report["sweep"] = []
             for size in sizes:
                 grown = 0.0
