@@ -154,6 +154,19 @@ async def test_the_erasure_deletes_the_users_rows_and_nobody_elses(
     assert session["user_id"] is None
 
 
+# Records each DELETE statement on the actions: how many rows, in which transaction.
+COUNT_ACTION_DELETES = """
+create table public.action_deletes (seq serial, rows int not null, tx xid8 not null);
+create function public.count_action_deletes() returns trigger language plpgsql as $$
+begin
+    insert into public.action_deletes (rows, tx) select count(*), pg_current_xact_id() from gone;
+    return null;
+end $$;
+create trigger count_action_deletes after delete on user_activity.action_events
+referencing old table as gone for each statement execute function public.count_action_deletes();
+"""
+
+
 async def test_the_erasure_is_idempotent_and_runs_in_batches(
     http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
 ) -> None:
@@ -162,9 +175,17 @@ async def test_the_erasure_is_idempotent_and_runs_in_batches(
     await _activity(http, anonymous_id, device(anonymous_id, user), actions=25)
     message = user_erased_message(user.user_id, clock.now())
 
+    async with runtime.database.connection() as conn:
+        await conn.execute(COUNT_ACTION_DELETES)
+
     deleted = await erase_user(runtime.database, user.user_id, clock.now(), batch_rows=4)
 
     assert deleted == 25 + 1 + 1  # actions, the view, the session
+    async with runtime.database.connection() as conn:
+        statements = await conn.fetch("select rows, tx from public.action_deletes order by seq")
+    # 25 actions in statements of at most 4 rows, each its own transaction.
+    assert [row["rows"] for row in statements] == [4, 4, 4, 4, 4, 4, 1]
+    assert len({row["tx"] for row in statements}) == len(statements)
     assert await _rows_of(runtime, user.user_id) == 0
     assert await erase_user(runtime.database, user.user_id, clock.now(), batch_rows=4) == 0
     consumer = UserErasedConsumer()
