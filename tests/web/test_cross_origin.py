@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import itertools
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, Route
+from prometheus_client import CollectorRegistry
 
+from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.runtime import Runtime
+from tests.support.waiting import wait_until
+
+HEARTBEAT = "/api/user-activity/sessions/heartbeat"
 
 # The shop's page: the script-tag build from the API's origin, the API as baseUrl; the query
 # string says where the API is and how patient the tracker is.
@@ -161,6 +168,40 @@ async def test_a_page_on_an_unlisted_origin_reaches_nothing(
         "views": 0,
     }
     assert await page.evaluate("() => window.escaped") == 0
+
+
+async def test_closing_the_page_sends_its_last_heartbeat_across_origins_with_keepalive(
+    shopper: BrowserContext,
+    shop_origin: str,
+    api_origin: str,
+    runtime: Runtime,
+    clock: FixedClock,
+    registry: CollectorRegistry,
+) -> None:
+    """The tab closes with activity since the last heartbeat: the tracker's final heartbeat
+    is a `keepalive` fetch, preflighted across origins, that outlives the page. (The page is
+    gone, so the browser's side of it is not observable: the API's is.)"""
+    page = await shopper.new_page()
+    anonymous_id = await open_shop(page, shop_origin, api_origin)
+    await page.click("#favourite")  # activity the server has not heard of by heartbeat
+    await page.wait_for_function("() => pinTracker.stats.delivered === 2")
+    assert await page.evaluate("() => pinTracker.stats.heartbeats") == 0
+    clock.advance(timedelta(seconds=20))  # only a heartbeat from now on can reach this time
+
+    await page.close(run_before_unload=True)
+
+    async def extended() -> bool:
+        async with runtime.database.connection() as conn:
+            last = await conn.fetchval(
+                "select last_activity_at from user_activity.sessions"
+                " where anonymous_id = $1 and status = 'Active'",
+                uuid.UUID(anonymous_id),
+            )
+        return bool(last == clock.now())
+
+    await wait_until(extended, timeout=20)
+    labels = {"method": "POST", "route": HEARTBEAT, "status": "200"}
+    assert registry.get_sample_value("pin_http_requests_total", labels) == 1
 
 
 class FlakyNetwork:
