@@ -94,6 +94,20 @@ WAL_POSITION = "select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
 # /proc/stat's first columns: the cores' time by kind since boot.
 CPU_KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 PROFILE_TOP = 25
+# Where a heartbeat's samples go: each sample counts for the first part that one of its
+# stack's functions names, or that its leaf frame (the function running) matches; the
+# rest are "other" (other threads, coroutine stacks py-spy sees only in part).
+PROFILE_PARTS = (
+    ("group-committed batch", ("GroupCommit._flush_while_waiting",), ()),
+    ("uvicorn writing the answer", ("RequestResponseCycle.send",), ()),
+    ("request reader's task", ("RequestReader._read", "RequestReader.start"), ()),
+    ("uvicorn reading, parsing, starting tasks", ("HttpToolsProtocol.",), ()),
+    ("heartbeat handler", ("heartbeat (http.py)",), ()),
+    ("FastAPI's and Starlette's layers", (), ("fastapi/", "starlette/applications.py",
+                                             "starlette/middleware/errors.py")),
+    ("request context and dispatch", ("RequestContextMiddleware", "(fast_path.py)"), ()),
+    ("event loop", (), ("Runner.run (",)),
+)  # fmt: skip
 
 WRK_MISSING = (
     "bench/heartbeat.py drives its load with wrk, a native HTTP load generator, so that the "
@@ -345,21 +359,35 @@ def _profile(port: int, args: argparse.Namespace, sessions: int, path: Path) -> 
         raise RuntimeError(f"py-spy failed (exit {sampler.returncode}); it needs ptrace rights")
     own: Counter[str] = Counter()
     within: Counter[str] = Counter()
+    parts: Counter[str] = Counter()
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        frames = [_function(frame) for frame in stack.split(";")]
+        raw = stack.split(";")
+        frames = [_function(frame) for frame in raw]
         own[frames[-1]] += int(count)
         within.update(dict.fromkeys(frames, int(count)))
+        parts[_part(frames, raw[-1])] += int(count)
     total = max(sum(own.values()), 1)
     return {
         "run": measured,
         "samples": total,
         "rateHz": 200,
+        "partShare": {name: round(n / total, 3) for name, n in parts.most_common()},
         "selfShare": {name: round(n / total, 3) for name, n in own.most_common(PROFILE_TOP)},
         "inclusiveShare": {
             name: round(n / total, 3) for name, n in within.most_common(PROFILE_TOP * 2)
         },
     }
+
+
+def _part(frames: list[str], leaf: str) -> str:
+    """The first of PROFILE_PARTS that a sample's stack falls in."""
+    for name, functions, leaf_files in PROFILE_PARTS:
+        if any(f in frame for f in functions for frame in frames) or any(
+            where in leaf for where in leaf_files
+        ):
+            return name
+    return "other"
 
 
 def _function(frame: str) -> str:
