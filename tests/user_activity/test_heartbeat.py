@@ -122,7 +122,7 @@ def test_the_heartbeat_is_one_route_that_the_app_also_serves_ahead_of_the_framew
     assert list(document["paths"][HEARTBEAT_PATH]) == ["post"]
 
 
-async def test_beneath_the_framework_and_through_it_the_answer_is_the_same(
+async def test_ahead_of_the_framework_and_through_it_the_answer_is_the_same(
     settings: Settings, database_url: str, clock: FixedClock, runtime: Runtime
 ) -> None:
     """The same request to the API as served, and to the same API without the fast path."""
