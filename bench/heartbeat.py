@@ -46,8 +46,6 @@ import json
 import os
 import resource
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -63,6 +61,7 @@ from typing import Any
 import asyncpg
 import httpx
 import psutil
+from serving import bench_database, free_port, running_server
 
 from pin_sessions.platform.migrations import migrate
 
@@ -399,31 +398,6 @@ def _function(frame: str) -> str:
 # --- orchestration ---------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def _database() -> Iterator[str]:
-    dsn = os.environ.get("PIN_DATABASE_URL")
-    if dsn:
-        yield dsn
-        return
-    from pin_sessions.platform.embedded import EmbeddedPostgres
-
-    with tempfile.TemporaryDirectory(prefix="pin-bench-pg-") as workdir:
-        embedded = EmbeddedPostgres(Path(workdir) / "pg", delete_on_stop=True)
-        try:
-            dsn = embedded.start()
-            _POSTMASTER.append(int((embedded.pgdata / "postmaster.pid").read_text().split()[0]))
-            yield dsn
-        finally:
-            embedded.stop()
-
-
 async def _grow(dsn: str, have: int, want: int) -> None:
     """Seed devices ``have + 1`` .. ``want`` (migrating first when the table is new)."""
     conn = await asyncpg.connect(dsn)
@@ -439,33 +413,8 @@ async def _grow(dsn: str, have: int, want: int) -> None:
 
 
 @contextlib.contextmanager
-def _server(command: list[str], env: dict[str, str]) -> Iterator[int]:
-    port = int(command[command.index("--port") + 1])
-    process = subprocess.Popen(
-        command,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    _SERVER_PIDS[port] = process.pid
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{command[2:4]} did not start")
-            time.sleep(0.1)
-        yield port
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-
-
-@contextlib.contextmanager
 def _servers(dsn: str, workers: int) -> Iterator[tuple[int, int]]:
-    api_port, baseline_port = _free_port(), _free_port()
+    api_port, baseline_port = free_port(), free_port()
     data_dir = tempfile.mkdtemp(prefix="pin-bench-")
     api_env = {
         "PIN_DATABASE_URL": dsn,
@@ -479,9 +428,10 @@ def _servers(dsn: str, workers: int) -> Iterator[tuple[int, int]]:
     }
     _API_PORTS.add(api_port)
     with (
-        _server(api_command(api_port, workers), api_env),
-        _server(baseline_command(baseline_port, workers), baseline_env),
+        running_server(api_command(api_port, workers), api_env) as api,
+        running_server(baseline_command(baseline_port, workers), baseline_env) as baseline,
     ):
+        _SERVER_PIDS.update({api_port: api.pid, baseline_port: baseline.pid})
         yield api_port, baseline_port
 
 
@@ -527,8 +477,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loadAverageAtStart": [round(value, 2) for value in os.getloadavg()],
     }
     seeded = 0
-    with _database() as dsn:
+    with bench_database() as (dsn, postmaster):
         _DSN.append(dsn)
+        if postmaster is not None:
+            _POSTMASTER.append(postmaster)
         asyncio.run(_grow(dsn, seeded, sizes[0]))
         seeded = sizes[0]
         with _servers(dsn, args.workers) as (api_port, baseline_port):

@@ -26,8 +26,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +39,7 @@ from typing import Any
 import asyncpg
 import jwt
 from prometheus_client import CollectorRegistry
+from serving import bench_database, free_port, running_server
 
 from pin_sessions.bootstrap import build_runtime, build_token_signer
 from pin_sessions.identity.keys import PublishedKeys
@@ -56,22 +55,6 @@ LUA_SCRIPT = BENCH_DIR / "oauth_token.lua"
 SECRET = "b" * 48
 HS256_SECRET = b"h" * 48
 NOW = datetime.now(UTC).replace(microsecond=0)
-
-
-@contextlib.contextmanager
-def _database() -> Iterator[str]:
-    dsn = os.environ.get("PIN_DATABASE_URL")
-    if dsn:
-        yield dsn
-        return
-    from pin_sessions.platform.embedded import EmbeddedPostgres
-
-    with tempfile.TemporaryDirectory(prefix="pin-bench-pg-") as workdir:
-        embedded = EmbeddedPostgres(Path(workdir) / "pg", delete_on_stop=True)
-        try:
-            yield embedded.start()
-        finally:
-            embedded.stop()
 
 
 def _environment(dsn: str, data_dir: str) -> dict[str, str]:
@@ -141,36 +124,12 @@ async def verification(dsn: str, env: dict[str, str], args: argparse.Namespace) 
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def _api(env: dict[str, str], workers: int) -> Iterator[int]:
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "pin_sessions", "serve", "--port", str(port)]
-    process = subprocess.Popen(
-        [*command, "--workers", str(workers)],
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the API did not start")
-            time.sleep(0.1)
+    with running_server([*command, "--workers", str(workers)], env):
         yield port
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
 
 
 def token_endpoint(env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
@@ -209,7 +168,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("bench/tokens.py drives POST /oauth/token with wrk: `apt-get install wrk`")
-    with _database() as dsn, tempfile.TemporaryDirectory(prefix="pin-bench-") as data_dir:
+    with bench_database() as (dsn, _), tempfile.TemporaryDirectory(prefix="pin-bench-") as data_dir:
         asyncio.run(_migrate(dsn))
         env = _environment(dsn, data_dir)
         report = {
