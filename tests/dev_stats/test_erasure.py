@@ -21,31 +21,23 @@ from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.runner import ConsumerRunner, Outcome
 from pin_sessions.platform.runtime import Runtime
+from pin_sessions.user_activity.events import session_ended
 from tests.conftest import T0
-from tests.support.erasure import deliver, user_erased_message
+from tests.support.erasure import as_delivered, deliver, user_erased_message
 from tests.support.waiting import wait_until
 from tests.user_activity.jobs.support import lock_waiters
 
 
 def _ended(user_id: uuid.UUID | None, *, duration: int = 300) -> Message:
-    session_id = uuid.uuid4()
-    return Message(
-        message_id=uuid.uuid4(),
-        topic="pin.user-activity.session-ended.v1",
-        event_type="pin.user-activity.session-ended",
-        version=1,
-        aggregate_type="Session",
-        aggregate_id=str(session_id),
+    event = session_ended(
+        session_id=uuid.uuid4(),
+        anonymous_id=uuid.uuid4(),
+        user_id=user_id,
         created_at=T0,
-        payload={
-            "SessionId": str(session_id),
-            "AnonymousId": str(uuid.uuid4()),
-            "UserId": None if user_id is None else str(user_id),
-            "CreatedAt": T0.isoformat(),
-            "LastActivityAt": (T0 + timedelta(seconds=duration)).isoformat(),
-            "DurationSeconds": duration,
-        },
+        last_activity_at=T0 + timedelta(seconds=duration),
+        duration=timedelta(seconds=duration),
     )
+    return as_delivered(event, T0)
 
 
 async def _facts(runtime: Runtime) -> list[dict[str, Any]]:

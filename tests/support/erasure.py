@@ -1,4 +1,5 @@
-"""A user-erased event as the consumers receive it, and applying it the way a bus does."""
+"""Events as consumers receive them (a user-erased one above all), and applying one the way
+a bus does."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ from pin_sessions.identity.events import user_erased
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.runner import ConsumerRunner, Handler, Outcome
-from pin_sessions.platform.outbox import to_json_value
+from pin_sessions.platform.outbox import IntegrationEvent, to_json_value
 from pin_sessions.platform.runtime import Runtime
 
 
 def user_erased_message(user_id: uuid.UUID, erased_at: datetime) -> Message:
-    """Identity's event, its payload decoded from JSON as a bus hands it over."""
-    event = user_erased(user_id, erased_at)
+    """Identity's event as a bus hands it over."""
+    return as_delivered(user_erased(user_id, erased_at), erased_at)
+
+
+def as_delivered(event: IntegrationEvent, created_at: datetime) -> Message:
+    """An event as a consumer receives it: its payload decoded from JSON, as a bus does."""
     return Message(
         message_id=event.message_id,
         topic=event.topic,
@@ -26,7 +31,7 @@ def user_erased_message(user_id: uuid.UUID, erased_at: datetime) -> Message:
         version=event.version,
         aggregate_type=event.aggregate_type,
         aggregate_id=str(event.aggregate_id),
-        created_at=erased_at,
+        created_at=created_at,
         payload=json.loads(json.dumps(dict(event.payload), default=to_json_value)),
     )
 
