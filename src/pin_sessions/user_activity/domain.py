@@ -66,6 +66,11 @@ def duration_seconds(duration: timedelta) -> int:
     return int(duration.total_seconds())
 
 
+def open_or_duration_seconds(duration: timedelta | None) -> int | None:
+    """``duration_seconds``, or None for a session or view not ended yet."""
+    return None if duration is None else duration_seconds(duration)
+
+
 def action_data_fits(encoded: bytes) -> bool:
     """Action data is bounded (SPEC §5): at most 8 KiB of JSON."""
     return len(encoded) <= ACTION_DATA_MAX_BYTES

@@ -17,7 +17,7 @@ from typing import Any
 
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.user_activity import sql
-from pin_sessions.user_activity.domain import duration_seconds
+from pin_sessions.user_activity.domain import open_or_duration_seconds
 from pin_sessions.user_activity.errors import CursorInvalid, DeviceNotFound, LimitInvalid
 
 DEFAULT_PAGE_SIZE = 20
@@ -150,7 +150,7 @@ async def _with_children(conn: Connection, sessions: list[Any]) -> list[dict[str
                 "userId": row["user_id"],
                 "startedAt": row["started_at"],
                 "endedAt": row["ended_at"],
-                "durationSeconds": _seconds(row["duration"]),
+                "durationSeconds": open_or_duration_seconds(row["duration"]),
             }
         )
     return [_session_item(row, actions[row["id"]], views[row["id"]]) for row in sessions]
@@ -169,7 +169,7 @@ def _session_item(
         "createdAt": row["created_at"],
         "lastActivityAt": row["last_activity_at"],
         "endedAt": row["ended_at"],
-        "durationSeconds": _seconds(row["duration"]),
+        "durationSeconds": open_or_duration_seconds(row["duration"]),
         "device": {
             "type": row["device_type"],
             "os": row["device_os"],
@@ -178,7 +178,3 @@ def _session_item(
         "actions": actions,
         "views": views,
     }
-
-
-def _seconds(duration: Any) -> int | None:
-    return None if duration is None else duration_seconds(duration)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pin_sessions.platform.auth import SessionNotActive
@@ -21,6 +21,7 @@ from pin_sessions.platform.erasure import LOCK_USER_EXCLUSIVE, LOCK_USER_SHARED,
 from pin_sessions.platform.logging import mask_ip
 from pin_sessions.platform.streamed_json import keyset_rows
 from pin_sessions.user_activity import sql
+from pin_sessions.user_activity.domain import open_or_duration_seconds
 from pin_sessions.user_activity.errors import UserErased
 
 # Rows per erasure batch: each batch is one short transaction.
@@ -105,7 +106,7 @@ class ActivityData:
                 "lastActivityAt": row["last_activity_at"],
                 "linkedAt": row["linked_at"],
                 "endedAt": row["ended_at"],
-                "durationSeconds": _seconds(row["duration"]),
+                "durationSeconds": open_or_duration_seconds(row["duration"]),
                 "device": {
                     "type": row["device_type"],
                     "os": row["device_os"],
@@ -130,7 +131,7 @@ class ActivityData:
                 "propertyObjectId": row["property_object_id"],
                 "startedAt": row["started_at"],
                 "endedAt": row["ended_at"],
-                "durationSeconds": _seconds(row["duration"]),
+                "durationSeconds": open_or_duration_seconds(row["duration"]),
             }
 
     async def _actions(self, session_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
@@ -147,7 +148,3 @@ class ActivityData:
                 "data": row["data"],
                 "createdAt": row["created_at"],
             }
-
-
-def _seconds(duration: timedelta | None) -> int | None:
-    return None if duration is None else int(duration.total_seconds())
