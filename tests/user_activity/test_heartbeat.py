@@ -170,8 +170,8 @@ async def test_a_body_over_the_limit_is_a_413_and_extends_nothing(
     api_url: str, runtime: Runtime, clock: FixedClock, sent: str
 ) -> None:
     """Served ahead of the framework, the heartbeat reads its body in step with the app
-    (no task watches for the client leaving), bounded all the same: a declared length
-    over the limit is refused unread, a streamed one as it crosses the limit."""
+    (no task watches for the client leaving), bounded all the same, whether the length is
+    declared or the body streamed."""
     anonymous_id = await _active_device(runtime)
     before = await sessions_of(runtime, anonymous_id)
     clock.advance(timedelta(seconds=40))

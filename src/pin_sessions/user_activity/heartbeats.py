@@ -57,8 +57,8 @@ class Heartbeats:
         for _ in range(DEADLOCK_RETRIES):
             try:
                 # A batch belongs to no request's trace, so the sampler would drop its
-                # statement's span (platform.tracing): not making one saves a tenth of
-                # the batch's CPU when batches are small.
+                # statement's span (platform.tracing): it is not made at all, a cost that
+                # counts when batches are small.
                 with suppress_instrumentation():
                     async with self._database.connection() as conn:
                         return await repository.extend_sessions(conn, activity)

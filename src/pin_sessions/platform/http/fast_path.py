@@ -4,7 +4,7 @@ A hot route whose endpoint reads everything from the request itself — ``async 
 handler(request: Request) -> Response`` — gains nothing from FastAPI's routing,
 dependency solving and response handling, nor from the layers FastAPI and Starlette wrap
 around every request (their telemetry, body limit and error middleware), yet pays for
-them on every call: about a sixth of the heartbeat's CPU when measured under load
+them on every call: about a fifth of the heartbeat's CPU when measured under load
 (BENCHMARKS.md). Such a route is still registered once, as the documented route;
 :class:`ServiceApp` only dispatches its exact method and path to that same endpoint,
 through this app's own request layers (request context, CORS) and nothing else. The

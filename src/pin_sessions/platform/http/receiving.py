@@ -9,8 +9,9 @@ request to the server.
 
 A route that is only ever a short share of work done for many requests at once (the
 heartbeat's group-committed UPDATE) has nothing to stop, and a task per request to watch
-for the client leaving costs it a tenth of its CPU: with ``read_ahead=False`` the reader
-hands the server's messages through as the app asks for them, bounded all the same.
+for the client leaving cost it about 8 % of its CPU (BENCHMARKS.md): with
+``read_ahead=False`` the reader hands the server's messages through as the app asks for
+them, bounded all the same.
 
 Bodies are bounded: a declared ``Content-Length`` over the limit is refused before a
 byte is read, a streamed body as soon as it crosses the limit; either way the app's
