@@ -1,0 +1,214 @@
+"""The soak's faults, one after another, each recorded as a window of the run.
+
+``default`` runs, in this order, with ``gap`` seconds of calm between two windows:
+
+* ``kill-api-worker`` — SIGKILL one worker of ``serve --workers 2``; its supervisor starts
+  another. The window ends when the new worker logs that it listens.
+* ``kill-consumer``, ``kill-job`` — SIGKILL ``consume dev-stats-session-ended`` and ``job
+  activity-closer``; the soak starts each again at once, as an orchestrator would. The
+  window ends when the new process serves its metrics.
+* ``kill-relay`` — the same for ``relay`` on Kafka. The PostgreSQL bus has no relay (its
+  consumers read the outbox): skipped there.
+* ``freeze-postgres`` — SIGSTOP the soak's own PostgreSQL (postmaster and every backend)
+  for ``pause`` seconds. With ``--database-url`` the server is not the soak's: skipped.
+* ``freeze-broker`` — SIGSTOP the broker for ``pause`` seconds. On the PostgreSQL bus
+  there is no broker; the bus is its readers, so the fault freezes every consumer process
+  instead (events pile up in the outbox and must all be applied once they thaw).
+* ``kill-broker`` — SIGKILL one broker of three. It needs a cluster: a broker object with a
+  ``kill_one()`` method (the three-broker fixture); skipped otherwise.
+* ``rotate-keys`` — ``pin-sessions keys rotate --now`` (a leaked key): every token signed
+  before stops verifying within 5 s (the key set's cache age), which ends the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from soak_processes import Fleet, Role, freeze, postmaster_pid, process_tree, thaw
+from soak_report import Window
+from soak_traffic import World
+
+KEY_CACHE_SECONDS = 5.0
+READY_TIMEOUT = 90.0
+DEFAULT = (
+    "kill-api-worker", "kill-consumer", "kill-job", "kill-relay", "freeze-postgres",
+    "freeze-broker", "kill-broker", "rotate-keys",
+)  # fmt: skip
+
+
+class Broker(Protocol):
+    def freeze(self) -> None: ...
+    def thaw(self) -> None: ...
+
+
+class Faults:
+    """Runs the schedule; ``windows`` holds what happened, in order."""
+
+    def __init__(
+        self,
+        world: World,
+        fleet: Fleet,
+        *,
+        env: dict[str, str],
+        pgdata: Path | None,
+        broker: Broker | None,
+        pause: float,
+        gap: float,
+        serve_log: Path,
+    ) -> None:
+        self.world = world
+        self.fleet = fleet
+        self.env = env
+        self.pgdata = pgdata
+        self.broker = broker
+        self.pause = pause
+        self.gap = gap
+        self.serve_log = serve_log
+        self.windows: list[Window] = []
+
+    def now(self) -> float:
+        return self.world.recorder.now()
+
+    async def run(self, names: tuple[str, ...], first_at: float) -> None:
+        steps: dict[str, Callable[[], Awaitable[Window]]] = {
+            "kill-api-worker": self._kill_api_worker,
+            "kill-consumer": lambda: self._kill_role("kill-consumer", "dev-stats-session-ended"),
+            "kill-job": lambda: self._kill_role("kill-job", "activity-closer"),
+            "kill-relay": self._kill_relay,
+            "freeze-postgres": self._freeze_postgres,
+            "freeze-broker": self._freeze_broker,
+            "kill-broker": self._kill_broker,
+            "rotate-keys": self._rotate_keys,
+        }
+        await asyncio.sleep(max(0.0, first_at - self.now()))
+        for name in names:
+            window = await steps[name]()
+            self.windows.append(window)
+            if window.skipped is None:
+                await asyncio.sleep(self.gap)
+
+    def _skipped(self, name: str, why: str) -> Window:
+        at = self.now()
+        return Window(name, at, at, skipped=why)
+
+    async def _kill_api_worker(self) -> Window:
+        api = self.fleet.named("api")
+        workers = [
+            process for process in process_tree(api.pid)[1:]
+            if "spawn_main" in " ".join(_cmdline(process))
+        ]  # fmt: skip
+        if not workers:
+            return self._skipped("kill-api-worker", "no API worker process found")
+        listening = self._listening_lines()
+        start = self.now()
+        workers[0].kill()
+        await self._until(lambda: self._listening_lines() > listening, "a new API worker")
+        return Window("kill-api-worker", start, self.now(), f"pid {workers[0].pid}")
+
+    def _listening_lines(self) -> int:
+        return self.serve_log.read_text(errors="replace").count('"listening"')
+
+    async def _kill_role(self, name: str, role_name: str) -> Window:
+        role = self.fleet.named(role_name)
+        start = self.now()
+        pid = role.pid
+        role.faulted = True
+        try:
+            await asyncio.to_thread(role.kill)
+        finally:
+            role.start()
+            role.faulted = False
+        await self._until_ready(role)
+        return Window(name, start, self.now(), f"{role_name}, pid {pid}")
+
+    async def _kill_relay(self) -> Window:
+        if not any(role.name == "relay" for role in self.fleet.roles):
+            return self._skipped(
+                "kill-relay", "the PostgreSQL bus has no relay: its consumers read the outbox"
+            )
+        return await self._kill_role("kill-relay", "relay")
+
+    async def _freeze_postgres(self) -> Window:
+        pid = None if self.pgdata is None else postmaster_pid(self.pgdata)
+        if pid is None:
+            return self._skipped(
+                "freeze-postgres", "the database is not the soak's own (--database-url)"
+            )
+        processes = process_tree(pid)
+        start = self.now()
+        freeze(processes)
+        try:
+            await asyncio.sleep(self.pause)
+        finally:
+            thaw(processes)
+        return Window("freeze-postgres", start, self.now(), f"{len(processes)} processes")
+
+    async def _freeze_broker(self) -> Window:
+        if self.broker is not None:
+            start = self.now()
+            self.broker.freeze()
+            try:
+                await asyncio.sleep(self.pause)
+            finally:
+                self.broker.thaw()
+            return Window("freeze-broker", start, self.now(), "the Kafka broker")
+        consumers = [role for role in self.fleet.roles if role.args[0] == "consume"]
+        processes = [p for role in consumers for p in process_tree(role.pid)]
+        start = self.now()
+        freeze(processes)
+        try:
+            await asyncio.sleep(self.pause)
+        finally:
+            thaw(processes)
+        return Window(
+            "freeze-broker", start, self.now(),
+            "PostgreSQL bus: every consumer process frozen (the bus has no broker)",
+        )  # fmt: skip
+
+    async def _kill_broker(self) -> Window:
+        kill_one: Any = getattr(self.broker, "kill_one", None)
+        if kill_one is None:
+            why = "no broker on the PostgreSQL bus" if self.broker is None else (
+                "needs a cluster of three brokers (a broker fixture with kill_one())"
+            )  # fmt: skip
+            return self._skipped("kill-broker", why)
+        start = self.now()
+        await asyncio.to_thread(kill_one)
+        return Window("kill-broker", start, self.now(), "one broker of three")
+
+    async def _rotate_keys(self) -> Window:
+        start = self.now()
+        rotation: list[float | None] = [start, None]
+        self.world.rotations.append(rotation)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "pin_sessions", "keys", "rotate", "--now", env=self.env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await process.communicate()
+        rotation[1] = self.now()
+        detail = "keys rotate --now" if process.returncode == 0 else (
+            f"keys rotate --now exited {process.returncode}: {err.decode()[-300:]}"
+        )  # fmt: skip
+        await asyncio.sleep(KEY_CACHE_SECONDS)
+        return Window("rotate-keys", start, self.now(), detail)
+
+    async def _until_ready(self, role: Role) -> None:
+        await self._until(role.ready, f"{role.name} ready again")
+
+    async def _until(self, condition: Callable[[], bool], what: str) -> None:
+        deadline = self.now() + READY_TIMEOUT
+        while not await asyncio.to_thread(condition):
+            if self.now() > deadline:
+                raise RuntimeError(f"{what}: not within {READY_TIMEOUT} s")
+            await asyncio.sleep(0.1)
+
+
+def _cmdline(process: Any) -> list[str]:
+    try:
+        return list(process.cmdline())
+    except Exception:  # gone meanwhile
+        return []
