@@ -56,7 +56,12 @@ def parse(argv: list[str] | None = None) -> Options:
     parser.add_argument("--devices", type=int, default=400)
     parser.add_argument("--rate", type=float, default=100.0, help="heartbeats per second")
     parser.add_argument("--bus", choices=("pg", "kafka"), default="pg")
-    parser.add_argument("--faults", choices=("default", "none"), default="default")
+    parser.add_argument(
+        "--faults",
+        choices=("default", "none", "all"),
+        default="default",
+        help="all: the default ones, then a session row held locked (SPEC §11)",
+    )
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--report", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
@@ -67,6 +72,9 @@ def parse(argv: list[str] | None = None) -> Options:
     parser.add_argument("--recovery", type=float, default=5.0, help="seconds (SLO)")
     parser.add_argument("--closer-threshold", type=float, default=8.0, help="seconds")
     parser.add_argument("--pause", type=float, default=5.0, help="seconds a freeze lasts")
+    parser.add_argument(
+        "--call-timeout", type=float, default=10.0, help="seconds before a call is given up"
+    )
     args = parser.parse_args(argv)
     return Options(
         duration=args.duration,
@@ -83,6 +91,7 @@ def parse(argv: list[str] | None = None) -> Options:
         recovery=args.recovery,
         closer_threshold=args.closer_threshold,
         pause=args.pause,
+        call_timeout=args.call_timeout,
         workdir=args.workdir,
     )
 

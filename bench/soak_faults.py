@@ -18,6 +18,14 @@
   ``kill_one()`` method (the three-broker fixture); skipped otherwise.
 * ``rotate-keys`` — ``pin-sessions keys rotate --now`` (a leaked key): every token signed
   before stops verifying within 5 s (the key set's cache age), which ends the window.
+
+``all`` adds, last, a fault of isolation (SPEC §11) rather than of infrastructure:
+
+* ``lock-session`` — a transaction holds one live device's session row (``FOR UPDATE``,
+  as a closer batch, a link, an erasure or a consumer does) for ``pause`` + 3 s, past the
+  API's statement timeout. That device's calls are labelled ``… (locked device)`` and may
+  wait or fail; every other call of the window is judged as if nothing happened: no
+  failure at all, not even a 503.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import asyncpg
 from soak_processes import Fleet, Role, freeze, postmaster_pid, process_tree, thaw
 from soak_report import Window
 from soak_traffic import World
@@ -38,6 +47,12 @@ DEFAULT = (
     "kill-api-worker", "kill-consumer", "kill-job", "kill-relay", "freeze-postgres",
     "freeze-broker", "kill-broker", "rotate-keys",
 )  # fmt: skip
+ALL = (*DEFAULT, "lock-session")
+LOCK_SESSION = """
+select id from user_activity.sessions
+where anonymous_id = $1::uuid and status = 'Active'
+for update
+"""
 
 
 class Broker(Protocol):
@@ -59,6 +74,7 @@ class Faults:
         pause: float,
         gap: float,
         serve_log: Path,
+        dsn: str | None = None,
     ) -> None:
         self.world = world
         self.fleet = fleet
@@ -68,6 +84,7 @@ class Faults:
         self.pause = pause
         self.gap = gap
         self.serve_log = serve_log
+        self.dsn = dsn
         self.windows: list[Window] = []
 
     def now(self) -> float:
@@ -83,6 +100,7 @@ class Faults:
             "freeze-broker": self._freeze_broker,
             "kill-broker": self._kill_broker,
             "rotate-keys": self._rotate_keys,
+            "lock-session": self._lock_session,
         }
         await asyncio.sleep(max(0.0, first_at - self.now()))
         for name in names:
@@ -195,6 +213,29 @@ class Faults:
         )  # fmt: skip
         await asyncio.sleep(KEY_CACHE_SECONDS)
         return Window("rotate-keys", start, self.now(), detail)
+
+    async def _lock_session(self) -> Window:
+        candidates = [
+            device for device in self.world.devices.values()
+            if device.interval and device.tokens is None and not device.bot
+        ]  # fmt: skip
+        if not candidates or self.dsn is None:
+            return self._skipped("lock-session", "no live guest device to lock")
+        device = self.world.rng.choice(candidates)
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            async with conn.transaction():
+                locked = await conn.fetchval(LOCK_SESSION, device.anonymous_id)
+                if locked is None:
+                    return self._skipped("lock-session", "the device had no Active session")
+                self.world.locked_device = device.anonymous_id
+                start = self.now()
+                await asyncio.sleep(self.pause + 3.0)
+                end = self.now()
+        finally:
+            await conn.close()
+            self.world.locked_device = None
+        return Window("lock-session", start, end, f"session {locked}", strict=True)
 
     async def _until_ready(self, role: Role) -> None:
         await self._until(role.ready, f"{role.name} ready again")

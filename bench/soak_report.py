@@ -36,6 +36,7 @@ READ_ROUTES = frozenset(
 # Faults whose window may break connections: the API's own processes.
 BREAKS_CONNECTIONS = frozenset({"kill-api-worker"})
 SAMPLES = 5
+LOCKED = "(locked device)"
 
 
 @dataclass
@@ -47,6 +48,8 @@ class Window:
     end: float
     detail: str = ""
     skipped: str | None = None
+    # A fault of isolation: every call but the locked device's must succeed.
+    strict: bool = False
 
     def covers(self, record: Record, recovery: float) -> bool:
         return record.sent <= self.end + recovery and record.answered >= self.start
@@ -63,7 +66,7 @@ class Window:
 
 
 def budget_ms(route: str) -> float:
-    base = route.removesuffix(" (repeat)")
+    base = route.removesuffix(" (repeat)").removesuffix(f" {LOCKED}")
     if base == "heartbeat":
         return HEARTBEAT_BUDGET_MS
     return READ_BUDGET_MS if base in READ_ROUTES else WRITE_BUDGET_MS
@@ -199,6 +202,10 @@ def _window(
     bad = []
     for record in calls:
         if not _unexplained(record):
+            continue
+        if window.strict:
+            if not record.route.endswith(LOCKED):
+                bad.append(record)
             continue
         if record.status == 503 and record.problem:
             continue

@@ -26,7 +26,7 @@ import asyncpg
 import httpx
 import psutil
 from soak_books import count_double_active, install_ledger, reconcile, settle
-from soak_faults import DEFAULT, Faults
+from soak_faults import ALL, DEFAULT, Faults
 from soak_processes import PROJECT_ROOT, Fleet, Role, cpu_seconds, process_tree
 from soak_report import evaluate, timeline
 from soak_services import Erasures, ServiceClient, erasure_loop, service_loop, viewer_loop
@@ -44,7 +44,6 @@ CPU_KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "stea
 # Calm after the last fault, so its recovery is seen; and how long the outbox may take.
 TAIL_SECONDS = 8.0
 SETTLE_SECONDS = 180.0
-CALL_TIMEOUT = 10.0
 
 
 @dataclass
@@ -64,6 +63,7 @@ class Options:
     closer_threshold: float
     pause: float
     workdir: Path | None
+    call_timeout: float = 10.0
 
 
 @dataclass
@@ -319,7 +319,9 @@ async def _traffic(
     """Drive the traffic and the faults; yields what the report and the books need."""
     recorder = Recorder()
     connections = min(1024, max(64, int(options.rate * 8)))
-    wire = Wire("127.0.0.1", api_port, recorder, connections=connections, timeout=CALL_TIMEOUT)
+    wire = Wire(
+        "127.0.0.1", api_port, recorder, connections=connections, timeout=options.call_timeout
+    )
     plan = Plan(options.duration, options.devices, options.rate,
                 closer_threshold=options.closer_threshold)  # fmt: skip
     world = World(wire, sms, recorder, plan, random.Random(options.seed))
@@ -327,7 +329,7 @@ async def _traffic(
     gap = min(5.0, max(2.0, options.duration * 0.05))
     faults = Faults(
         world, fleet, env=env, pgdata=db.pgdata, broker=broker, pause=options.pause,
-        gap=gap, serve_log=logs / "api.log",
+        gap=gap, serve_log=logs / "api.log", dsn=db.dsn,
     )  # fmt: skip
     meter = Meter(fleet, db)
     double_active = [0]
@@ -341,7 +343,7 @@ async def _traffic(
         asyncio.create_task(erasure_loop(world, erasures, options.erasures, env, logs / "cli.log")),
         asyncio.create_task(_watch(world, fleet, db, double_active, unexpected_exits)),
     ]
-    schedule = DEFAULT if options.faults == "default" else ()
+    schedule = {"default": DEFAULT, "all": ALL}.get(options.faults, ())
     failures: list[str] = []
     try:
         await faults.run(schedule, first_at=options.duration * 0.1)
@@ -351,7 +353,7 @@ async def _traffic(
     await asyncio.sleep(max(options.duration, last_end + TAIL_SECONDS) - recorder.now())
     world.stopping.set()
     seconds = recorder.now()
-    done, pending = await asyncio.wait(tasks, timeout=CALL_TIMEOUT * 4)
+    done, pending = await asyncio.wait(tasks, timeout=options.call_timeout * 4)
     for task in pending:
         task.cancel()
     for task in done:
@@ -428,6 +430,7 @@ def _report(
             "closerThresholdSeconds": options.closer_threshold,
             "recoverySeconds": options.recovery,
             "budgetScale": options.budget_scale,
+            "callTimeoutSeconds": options.call_timeout,
             "calls": len(records),
             "heartbeatsPerSecond": round(heartbeats / max(out["trafficSeconds"], 1e-9), 1),
             "driverLagP99Ms": round(lags[int(0.99 * (len(lags) - 1))] * 1000, 1) if lags else None,

@@ -39,6 +39,10 @@ class Tokens:
     refresh: str
     user_id: str
     issued: float  # run time the pair was issued
+    # A refresh of this pair went unanswered (timeout, 503): it may have rotated it, so its
+    # access token's session may no longer be Active, and presenting the refresh token
+    # again past PIN_REFRESH_REUSE_INTERVAL is reuse (401, the family revoked: SPEC §3).
+    in_doubt: bool = False
 
 
 @dataclass
@@ -111,6 +115,11 @@ class World:
     # Each `keys rotate --now`: [started, finished] (run times; finished None while it runs).
     rotations: list[list[float | None]] = field(default_factory=list)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    locked_device: str | None = None  # whose session row a fault holds locked
+
+    def label(self, route: str, device: Device) -> str:
+        """The route, told apart for the device whose row is held (``lock-session``)."""
+        return f"{route} (locked device)" if device.anonymous_id == self.locked_device else route
 
     def token_may_be_refused(self, device: Device) -> bool:
         """A 401 the scenario explains: the key that signed it was deleted, or its user erased."""
@@ -118,7 +127,11 @@ class World:
         if tokens is None:
             return False
         user = device.user
-        return self.signed_before_a_rotation(tokens.issued) or bool(user and user.erased)
+        return (
+            self.signed_before_a_rotation(tokens.issued)
+            or tokens.in_doubt
+            or bool(user and user.erased)
+        )
 
     def signed_before_a_rotation(self, issued: float) -> bool:
         """Whether a token issued at ``issued`` may have been signed by a key since deleted:
@@ -186,9 +199,10 @@ async def refresh(world: World, device: Device) -> bool:
                 "refresh", "POST", "/api/identity/sessions/refresh",
                 json_body={"refreshToken": tokens.refresh},
                 headers={"User-Agent": device.user_agent},
-                expect=frozenset({401}) if erased else frozenset(),
+                expect=frozenset({401}) if erased or tokens.in_doubt else frozenset(),
             )  # fmt: skip
         except CallFailed:
+            tokens.in_doubt = True
             await asyncio.sleep(RETRY_PAUSE)
             continue
         if answer.status == 200:
@@ -200,6 +214,7 @@ async def refresh(world: World, device: Device) -> bool:
             return False
         if answer.status != 503:
             return False
+        tokens.in_doubt = True
         await asyncio.sleep(RETRY_PAUSE)
     return False
 
@@ -280,7 +295,7 @@ async def heartbeat(world: World, device: Device, due: float | None = None) -> N
     refusable = world.token_may_be_refused(device)
     try:
         answer = await world.wire.call(
-            "heartbeat", "POST", f"{UA}/sessions/heartbeat", headers=headers,
+            world.label("heartbeat", device), "POST", f"{UA}/sessions/heartbeat", headers=headers,
             expect=frozenset({401}) if refusable else frozenset(), due=due,
         )  # fmt: skip
     except CallFailed:
