@@ -165,6 +165,8 @@ WRITES = {
     "views": "select id::text from user_activity.property_object_views where id = any($1::uuid[])",
     "endedViews": "select id::text from user_activity.property_object_views "
     "where id = any($1::uuid[]) and ended_at is not null",
+    "refusedViewEnds": "select id::text from user_activity.property_object_views "
+    "where id = any($1::uuid[])",
     "users": "select id::text from identity.users where id = any($1::uuid[])",
     "refreshSessions": "select id::text from identity.refresh_sessions where id = any($1::uuid[])",
     "erasures": "select user_id::text from identity.erasures where user_id = any($1::uuid[])",
@@ -174,6 +176,7 @@ TABLE_OF = {
     "actions": "action_events",
     "views": "property_object_views",
     "endedViews": "property_object_views",
+    "refusedViewEnds": "property_object_views",
 }
 # Rows an erasure took: the user's own, and whatever hung on a session of theirs.
 ERASED_ROWS = """
@@ -209,6 +212,9 @@ async def _writes(
         else:
             with_erasure = set()
         missing = absent - with_erasure
+        if kind == "refusedViewEnds":
+            # A view its own device was told is not found must be gone, with an erasure.
+            missing = present | (absent - with_erasure)
         missing_total += len(missing)
         kinds[kind] = {
             "acknowledged": len(ids),

@@ -372,6 +372,7 @@ async def _traffic(
             "actions": ledger.actions,
             "views": ledger.views,
             "endedViews": ledger.ended_views,
+            "refusedViewEnds": ledger.refused_view_ends,
             "users": ledger.users,
             "refreshSessions": set(ledger.refresh_sessions),
             "erasures": erasures.user_ids,

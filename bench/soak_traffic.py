@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from soak_sms import SmsGateway
@@ -67,6 +68,13 @@ class Device:
     tokens: Tokens | None = None
     views: list[str] = field(default_factory=list)
     erased_beats: int = 0  # heartbeats sent with an erased user's token
+    # Everyone who signed in here: an erasure of any of them takes the sessions they were
+    # linked to on this device, and those sessions' views (a later end is 404).
+    users_seen: list[User] = field(default_factory=list)
+
+    @property
+    def lost_to_erasure(self) -> bool:
+        return any(user.erased for user in self.users_seen)
 
 
 @dataclass
@@ -79,6 +87,7 @@ class Ledger:
     ended_views: set[str] = field(default_factory=set)
     users: set[str] = field(default_factory=set)
     refresh_sessions: dict[str, str] = field(default_factory=dict)  # session → user
+    refused_view_ends: set[str] = field(default_factory=set)  # 404 to their own device
     repeats_same: int = 0
     repeats_different: int = 0
     restarts_seen: int = 0
@@ -137,6 +146,13 @@ class World:
         """Whether a token issued at ``issued`` may have been signed by a key since deleted:
         ``keys rotate --now`` deletes the old key when it commits, before it exits."""
         return any(done is None or issued <= done for _, done in self.rotations)
+
+    def replaced(self, device: Device, sent: Tokens | None) -> Callable[[Answer], bool]:
+        """Explains a 401 for a pair a refresh of this device rotated while the call flew
+        (the rotated session is no longer Active: SPEC §4)."""
+        return lambda answer: (
+            answer.status == 401 and sent is not None and device.tokens is not sent
+        )
 
     def bearer(self, device: Device, headers: dict[str, str]) -> dict[str, str]:
         if device.tokens is not None:
@@ -297,6 +313,7 @@ async def heartbeat(world: World, device: Device, due: float | None = None) -> N
         answer = await world.wire.call(
             world.label("heartbeat", device), "POST", f"{UA}/sessions/heartbeat", headers=headers,
             expect=frozenset({401}) if refusable else frozenset(), due=due,
+            explain=world.replaced(device, device.tokens),
         )  # fmt: skip
     except CallFailed:
         return
@@ -345,6 +362,7 @@ async def sign_in_and_link(world: World, device: Device) -> None:
     if device.user is not None and device.user is not user:
         world.ledger.switches += 1
     device.user, device.tokens = user, tokens
+    device.users_seen.append(user)
     if world.rng.random() < 0.5:
         return  # the sign-ins consumer links the device
     headers = world.bearer(device, {"X-Anonymous-Id": device.anonymous_id})
@@ -352,6 +370,7 @@ async def sign_in_and_link(world: World, device: Device) -> None:
         answer = await world.wire.call(
             "link", "POST", f"{UA}/sessions/link", headers=headers,
             expect=frozenset({401}) if world.token_may_be_refused(device) else frozenset(),
+            explain=world.replaced(device, device.tokens),
         )  # fmt: skip
     except CallFailed:
         return
@@ -374,6 +393,7 @@ async def _keyed_write(
             answer = await world.wire.call(
                 route, "POST", path, headers=headers, json_body=body,
                 expect=frozenset({401}) if refusable else frozenset(),
+                explain=world.replaced(device, device.tokens),
             )  # fmt: skip
         except CallFailed:
             await asyncio.sleep(RETRY_PAUSE)
@@ -431,7 +451,7 @@ async def start_view(world: World, device: Device) -> None:
 
 async def end_view(world: World, device: Device, view_id: str) -> None:
     device.views.remove(view_id)
-    erased = device.user is not None and device.user.erased
+    erased = device.lost_to_erasure
     try:
         answer = await world.wire.call(
             "property view end", "POST", f"{UA}/property-views/{view_id}/end",
@@ -442,6 +462,8 @@ async def end_view(world: World, device: Device, view_id: str) -> None:
         return
     if answer.status == 200:
         world.ledger.ended_views.add(view_id)
+    elif answer.status == 404:
+        world.ledger.refused_view_ends.add(view_id)  # the books check it went with an erasure
 
 
 async def read_history(world: World, device: Device) -> None:
@@ -451,6 +473,7 @@ async def read_history(world: World, device: Device) -> None:
         await world.wire.call(
             "history", "GET", f"{UA}/sessions?limit=5", headers=headers,
             expect=frozenset({401}) if refusable else frozenset(),
+            explain=world.replaced(device, device.tokens),
         )  # fmt: skip
     except CallFailed:
         return

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,9 +127,14 @@ class Wire:
         json_body: Any = None,
         form: bytes | None = None,
         expect: frozenset[int] = frozenset(),
+        explain: Callable[[Answer], bool] | None = None,
         due: float | None = None,
     ) -> Answer:
-        """Send one request and record it; raises :class:`CallFailed` without an answer."""
+        """Send one request and record it; raises :class:`CallFailed` without an answer.
+
+        A non-2xx answer is recorded as expected when its status is in ``expect`` or
+        ``explain(answer)`` says so (judged once answered: what happened meanwhile counts).
+        """
         body = b""
         lines = [f"{method} {path} HTTP/1.1".encode(), b"Host: " + self._host_header]
         if json_body is not None:
@@ -152,7 +158,10 @@ class Wire:
                 kind = TIMEOUT if isinstance(exc, TimeoutError) else TRANSPORT
                 self._record(route, sent, kind, expected=False, answer=None)
                 raise CallFailed(kind) from None
-        self._record(route, sent, answer.status, expected=answer.status in expect, answer=answer)
+        expected = answer.status in expect or (
+            not answer.ok and explain is not None and explain(answer)
+        )
+        self._record(route, sent, answer.status, expected=expected, answer=answer)
         return answer
 
     def _record(
