@@ -13,8 +13,9 @@ a call is given up only after 60 s, so a slow answer is measured, not counted as
 The soak is a separate process in a process group of its own, with its roles in that
 group; whatever happens, the finalizer ends the group and stops the PostgreSQL the soak
 started in its directory. Marked ``soak`` (``-m "not soak"`` leaves it out of a quick
-run); it takes one test process for about two minutes, so it is one test, not one per
-assertion.
+run); it holds one test process for two to six minutes, by the machine's load (its
+traffic lasts until the last fault is over, and restarts are slow on a busy machine), so
+it is one run asserted whole, not one run per assertion.
 
 The rest are unit tests of the report's arithmetic (no I/O).
 """
