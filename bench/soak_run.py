@@ -375,7 +375,7 @@ async def _traffic(
             "refusedViewEnds": ledger.refused_view_ends,
             "users": ledger.users,
             "refreshSessions": set(ledger.refresh_sessions),
-            "erasures": erasures.user_ids,
+            "erasures": erasures.confirmed,
         },
         "refreshOwner": ledger.refresh_sessions,
         "erasures": erasures,

@@ -34,6 +34,7 @@ class Erasures:
 
     user_ids: set[str] = field(default_factory=set)
     phones: set[str] = field(default_factory=set)
+    confirmed: set[str] = field(default_factory=set)  # answered 204, or the CLI exited 0
     by_route: int = 0
     by_cli: int = 0
     cli_failures: list[str] = field(default_factory=list)
@@ -165,30 +166,36 @@ async def erasure_loop(
     if count <= 0:
         return
     gap = world.plan.duration * 0.8 / (count + 1)
-    for index in range(count):
-        await asyncio.sleep(gap)
-        if world.stopping.is_set():
-            return
-        candidates = [
-            device for device in world.devices.values()
-            if device.user is not None and device.tokens is not None and not device.user.erased
-            and device.user.user_id is not None and device.user_agent != "soak-viewer"
-        ]  # fmt: skip
-        if not candidates:
-            continue
-        device = world.rng.choice(candidates)
-        user = device.user
-        assert user is not None and user.user_id is not None
-        if index % 2 == 0:
-            await _erase_by_route(world, erasures, device, user)
-        else:
-            await _erase_by_cli(world, erasures, user, env, log)
+    index = 0
+    while index < count and not world.stopping.is_set():
+        await asyncio.sleep(gap if index else gap / 2)
+        # On a slow machine nobody may be signed in yet, or the fresh sign-in an erasure by
+        # route needs may fail: try again a second later rather than skip the erasure.
+        while not world.stopping.is_set():
+            candidates = [
+                device for device in world.devices.values()
+                if device.user is not None and device.tokens is not None
+                and not device.user.erased and device.user.user_id is not None
+                and device.user_agent != "soak-viewer"
+            ]  # fmt: skip
+            if candidates:
+                device = world.rng.choice(candidates)
+                user = device.user
+                assert user is not None and user.user_id is not None
+                if index % 2 == 0:
+                    done = await _erase_by_route(world, erasures, device, user)
+                else:
+                    done = await _erase_by_cli(world, erasures, user, env, log)
+                if done:
+                    break
+            await asyncio.sleep(1.0)
+        index += 1
 
 
-async def _erase_by_route(world: World, erasures: Erasures, device: Device, user: User) -> None:
+async def _erase_by_route(world: World, erasures: Erasures, device: Device, user: User) -> bool:
     fresh: Tokens | None = await sign_in(world, device, user)  # a token issued just now
     if fresh is None:
-        return
+        return False
     device.tokens = fresh
     _erasing(world, erasures, user)
     try:
@@ -197,14 +204,16 @@ async def _erase_by_route(world: World, erasures: Erasures, device: Device, user
             headers={"Authorization": f"Bearer {fresh.access}"},
         )  # fmt: skip
     except CallFailed:
-        return
+        return True  # asked: it may stand (the books count it by identity.erasures)
     if answer.status == 204:
         erasures.by_route += 1
+        erasures.confirmed.add(fresh.user_id)
+    return True
 
 
 async def _erase_by_cli(
     world: World, erasures: Erasures, user: User, env: dict[str, str], log: Path
-) -> None:
+) -> bool:
     _erasing(world, erasures, user)
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pin_sessions", "users", "erase", "--phone", user.phone,
@@ -216,10 +225,12 @@ async def _erase_by_cli(
         handle.write(err)
     if process.returncode == 0:
         erasures.by_cli += 1
+        erasures.confirmed.add(user.user_id)
         first = json.loads(out.decode().splitlines()[0])
         assert first["userId"] == user.user_id
     else:
         erasures.cli_failures.append(f"exit {process.returncode}: {err.decode()[-300:]}")
+    return True
 
 
 def _erasing(world: World, erasures: Erasures, user: User) -> None:
