@@ -225,9 +225,9 @@ async def _erase_by_cli(
         handle.write(err)
     if process.returncode == 0:
         erasures.by_cli += 1
-        erasures.confirmed.add(user.user_id)
         first = json.loads(out.decode().splitlines()[0])
         assert first["userId"] == user.user_id
+        erasures.confirmed.add(str(first["userId"]))
     else:
         erasures.cli_failures.append(f"exit {process.returncode}: {err.decode()[-300:]}")
     return True
