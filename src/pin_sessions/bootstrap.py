@@ -156,6 +156,18 @@ def worker_database(settings: Settings, dsn: str, *, max_size: int | None = None
     )
 
 
+def build_heartbeats(runtime: Runtime) -> Heartbeats:
+    """The heartbeat writer: a device whose row is locked waits as for a pool connection,
+    and such devices may hold at most half the pool, leaving the rest to everyone else."""
+    options = runtime.settings.database
+    return Heartbeats(
+        runtime.database,
+        runtime.registry,
+        alone_limit=max(1, options.pool_max // 2),
+        alone_wait=options.acquire_timeout,
+    )
+
+
 def build_key_cipher(runtime: Runtime) -> KeyCipher:
     """Seals and opens the signing keys' private halves under a key of the master secret."""
     return KeyCipher(runtime.secrets)
@@ -253,7 +265,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         "key_set": key_set,
         "user_data": UserData(runtime.database),
         "user_activity_data": ActivityData(runtime.database),
-        "heartbeats": Heartbeats(runtime.database, runtime.registry),
+        "heartbeats": build_heartbeats(runtime),
     }
     if metrics_view is not None:
         state["registry"] = metrics_view

@@ -167,14 +167,28 @@ order by last_used_at desc, id desc
 
 # --- ExpireSessionsJob (seed 000) ----------------------------------------------------------
 
+# Every flip returns the expires_at of the rows it flipped (``expired``): the job measures
+# their lag, seed 000's materialisation SLO.
+
 COUNT_EXPIRED_REFRESH_SESSIONS = """
 select count(*) from identity.refresh_sessions
 where status = 'Active' and expires_at <= $1
 """
 
-EXPIRE_REFRESH_SESSIONS = """
-update identity.refresh_sessions set status = 'Expired'
+# The first entry of ix_refresh_sessions_expires_at (min over the partial index's key is
+# one read at its start), or null when no row under the guard is past $1.
+OLDEST_EXPIRED_REFRESH_SESSION = """
+select min(expires_at) from identity.refresh_sessions
 where status = 'Active' and expires_at <= $1
+"""
+
+EXPIRE_REFRESH_SESSIONS = """
+with flipped as (
+    update identity.refresh_sessions set status = 'Expired'
+    where status = 'Active' and expires_at <= $1
+    returning expires_at
+)
+select array_agg(expires_at) as expired from flipped
 """
 
 # One chunk: claim a portion through ix_refresh_sessions_expires_at, starting at the
@@ -199,7 +213,8 @@ flipped as (
       and status = 'Active' and expires_at <= $1
     returning expires_at
 )
-select count(*) as flipped, max(expires_at) as reached from flipped
+select count(*) as flipped, max(expires_at) as reached, array_agg(expires_at) as expired
+from flipped
 """
 
 COUNT_EXPIRED_SICR = """
@@ -207,9 +222,19 @@ select count(*) from identity.sign_in_confirmation_requests
 where status = 'Pending' and expires_at <= $1
 """
 
-EXPIRE_SICR = """
-update identity.sign_in_confirmation_requests set status = 'Expired'
+# The first entry of ix_sicr_expires_at, like the refresh sessions' above.
+OLDEST_EXPIRED_SICR = """
+select min(expires_at) from identity.sign_in_confirmation_requests
 where status = 'Pending' and expires_at <= $1
+"""
+
+EXPIRE_SICR = """
+with flipped as (
+    update identity.sign_in_confirmation_requests set status = 'Expired'
+    where status = 'Pending' and expires_at <= $1
+    returning expires_at
+)
+select array_agg(expires_at) as expired from flipped
 """
 
 # Claimed through ix_sicr_expires_at, like the refresh chunk above.
@@ -227,7 +252,8 @@ flipped as (
       and status = 'Pending' and expires_at <= $1
     returning expires_at
 )
-select count(*) as flipped, max(expires_at) as reached from flipped
+select count(*) as flipped, max(expires_at) as reached, array_agg(expires_at) as expired
+from flipped
 """
 
 

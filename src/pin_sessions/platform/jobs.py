@@ -181,11 +181,14 @@ class KeysetCursor:
     statement: str
     bound: datetime
     reached: datetime = EARLIEST
+    # The last batch's whole row, for a statement that returns more than these two.
+    row: Any = None
 
     async def next(self, conn: Connection, batch_size: int) -> int:
         """One batch (its own transaction); how many rows it changed."""
         row = await conn.fetchrow(self.statement, self.bound, batch_size, self.reached)
         assert row is not None  # an aggregate always returns its row
+        self.row = row
         self.reached = row[1] or self.reached
         changed: int = row[0]
         return changed

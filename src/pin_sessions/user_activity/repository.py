@@ -35,11 +35,26 @@ def snapshot(row: Any) -> SessionSnapshot:
 
 async def extend_sessions(
     conn: Connection, activity: Mapping[uuid.UUID, datetime]
-) -> dict[uuid.UUID, ExtendedSession]:
-    """Extend each device's Active session to its time; devices with none are left out."""
+) -> tuple[dict[uuid.UUID, ExtendedSession], list[uuid.UUID]]:
+    """Extend each device's Active session to its time, skipping rows other transactions
+    hold: the extended sessions, and the devices whose Active row was locked."""
     devices = sorted(activity)
     rows = await conn.fetch(sql.HEARTBEAT_BATCH, devices, [activity[device] for device in devices])
-    return {device: ExtendedSession(session_id, at) for device, session_id, at in rows}
+    extended = {
+        device: ExtendedSession(session_id, at)
+        for device, session_id, at in rows
+        if session_id is not None
+    }
+    locked = [device for device, session_id, _ in rows if session_id is None]
+    return extended, locked
+
+
+async def extend_session(
+    conn: Connection, anonymous_id: uuid.UUID, now: datetime
+) -> ExtendedSession | None:
+    """Extend one device's Active session to ``now``, waiting for its row if it is locked."""
+    row = await conn.fetchrow(sql.HEARTBEAT_ONE, anonymous_id, now)
+    return None if row is None else ExtendedSession(row["id"], row["last_activity_at"])
 
 
 def _new_session(

@@ -9,14 +9,42 @@ from __future__ import annotations
 # INV-SES-003/006, for every device of a group commit (``heartbeats``): one conditional
 # UPDATE, without loading the aggregate; an Inactive session never matches. One row per
 # device in $1 (the caller merged duplicates); ``greatest`` keeps the activity time
-# monotonic across instances. The devices come sorted, so concurrent batches of several
-# processes take their row locks in one order.
+# monotonic across instances. It never waits on a row lock (SPEC §11): ``claimed`` takes
+# the Active rows no other transaction holds, and the statement also returns, with a null
+# id, each device whose Active row (as the statement's snapshot sees it) was not claimed —
+# locked by another transaction, or closed since — for the caller to extend on its own.
+# That second read runs only when something was left unclaimed.
 HEARTBEAT_BATCH = """
-update user_activity.sessions as s
-set last_activity_at = greatest(s.last_activity_at, batch.at)
-from unnest($1::uuid[], $2::timestamptz[]) as batch(anonymous_id, at)
-where s.anonymous_id = batch.anonymous_id and s.status = 'Active'
-returning s.anonymous_id, s.id, s.last_activity_at
+with claimed as (
+    select s.id, batch.at
+    from unnest($1::uuid[], $2::timestamptz[]) as batch(anonymous_id, at)
+    join user_activity.sessions as s
+        on s.anonymous_id = batch.anonymous_id and s.status = 'Active'
+    for no key update of s skip locked
+), extended as (
+    update user_activity.sessions as s
+    set last_activity_at = greatest(s.last_activity_at, claimed.at)
+    from claimed
+    where s.id = claimed.id and s.status = 'Active'
+    returning s.anonymous_id, s.id, s.last_activity_at
+)
+select anonymous_id, id, last_activity_at from extended
+union all
+select s.anonymous_id, null, null
+from user_activity.sessions as s
+where (select count(*) from claimed) < cardinality($1::uuid[])
+    and s.anonymous_id = any($1::uuid[]) and s.status = 'Active'
+    and not exists (select from claimed where claimed.id = s.id)
+"""
+
+# One device that the batch left out because another transaction held its row: the same
+# conditional UPDATE, waiting for that lock (bounded by the statement timeout). A row
+# closed meanwhile no longer matches, and the device has no Active session.
+HEARTBEAT_ONE = """
+update user_activity.sessions
+set last_activity_at = greatest(last_activity_at, $2)
+where anonymous_id = $1 and status = 'Active'
+returning id, last_activity_at
 """
 
 # INV-SES-001/003 in one statement: continue the device's Active session or start one. The
