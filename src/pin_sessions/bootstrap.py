@@ -162,10 +162,12 @@ def build_key_cipher(runtime: Runtime) -> KeyCipher:
 
 
 def build_token_signer(runtime: Runtime) -> TokenSigner:
-    """Mints every token with the Current signing key, as ``PIN_PUBLIC_URL``."""
+    """Mints every token with the Current signing key, as the public URL (the issuer)."""
     settings = runtime.settings
     return TokenSigner(
-        build_key_cipher(runtime), settings.public_url, m2m_token_ttl=settings.m2m_token_ttl
+        build_key_cipher(runtime),
+        settings.effective_public_url,
+        m2m_token_ttl=settings.m2m_token_ttl,
     )
 
 
@@ -177,7 +179,7 @@ def build_key_set(runtime: Runtime) -> KeySet:
 def build_authenticator(runtime: Runtime, key_set: KeySet) -> Authenticator:
     """Bearer authentication for every context; identity answers for sessions and clients."""
     return Authenticator(
-        TokenVerifier(key_set, runtime.settings.public_url),
+        TokenVerifier(key_set, runtime.settings.effective_public_url),
         RefreshSessionLiveness(runtime.database),
         DisabledClients(runtime.database),
         runtime.clock,
@@ -190,7 +192,7 @@ def build_oauth_server(runtime: Runtime, key_set: KeySet) -> OAuthServer:
         runtime.database,
         ServiceClients(runtime.database),
         build_token_signer(runtime),
-        TokenVerifier(key_set, runtime.settings.public_url),
+        TokenVerifier(key_set, runtime.settings.effective_public_url),
         RefreshSessionLiveness(runtime.database),
     )
 
