@@ -226,8 +226,8 @@ async def test_the_development_routes_are_documented_only_where_they_are_mounted
     assert not development & set(openapi_paths)
 
 
-USER = [{"bearer": []}]
-GUEST_OR_USER = [{}, {"bearer": []}]
+USER: list[dict[str, list[str]]] = [{"bearer": []}]
+GUEST_OR_USER: list[dict[str, list[str]]] = [{}, {"bearer": []}]
 # Who may call each operation, as Swagger UI's Authorize uses it: user routes the bearer
 # scheme (optional where a guest may call), internal routes the OAuth 2 scheme with their
 # scopes (any one of them); no entry: no credentials.
