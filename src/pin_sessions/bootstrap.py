@@ -258,6 +258,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         "user_data": UserData(runtime.database),
         "user_activity_data": ActivityData(runtime.database),
         "heartbeats": Heartbeats(runtime.database, runtime.registry),
+        "page_features": web_http.PageFeatures(dev_codes=bool(runtime.settings.dev_codes)),
     }
     if metrics_view is not None:
         state["registry"] = metrics_view
