@@ -65,7 +65,7 @@ def assert_demo_agrees_with_itself(state: dict[str, Any], tokens: dict[str, Any]
         assert state["note"] is None
     if state["user"] == "guest":
         assert "is linked to you" not in state["body"]
-    if signed_in and tracking and state["user"] == tokens["userId"]:
+    if tokens is not None and tracking and state["user"] == tokens["userId"]:
         assert "this device's session is linked to you" in state["signedInAs"]
 
 
