@@ -90,7 +90,7 @@ async def verification(dsn: str, env: dict[str, str], args: argparse.Namespace) 
         claims = jwt.decode(es256, options={"verify_signature": False})
         hs256 = jwt.encode(claims, HS256_SECRET, algorithm="HS256")
         verifier = TokenVerifier(
-            KeySet(PublishedKeys(database), CollectorRegistry()), settings.public_url
+            KeySet(PublishedKeys(database), CollectorRegistry()), settings.effective_public_url
         )
         await verifier.verify(es256, now=NOW)  # the key set is read once, here
 

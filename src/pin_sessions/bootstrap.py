@@ -27,7 +27,7 @@ from pin_sessions.identity.domain import SignInLimits
 from pin_sessions.identity.jobs import expire_sessions, session_retention, signing_keys
 from pin_sessions.identity.keys import KeyCipher, PublishedKeys, SigningKeyOperations
 from pin_sessions.identity.liveness import RefreshSessionLiveness
-from pin_sessions.identity.oauth import OAuthServer
+from pin_sessions.identity.oauth import TOKEN_PATH, OAuthServer
 from pin_sessions.identity.operations import IdentityOperations, random_code
 from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.identity.sms import build_code_sender
@@ -39,6 +39,7 @@ from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.fast_path import ServiceApp
+from pin_sessions.platform.http.security_schemes import install_security_schemes
 from pin_sessions.platform.jobs import Job, PollingWorker
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.platform.messaging.kafka import KafkaConsumer
@@ -48,6 +49,7 @@ from pin_sessions.platform.messaging.relay import OutboxRelay
 from pin_sessions.platform.messaging.runner import ConsumerRunner, Handler
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.migrations import migrate
+from pin_sessions.platform.permissions import SCOPE_DESCRIPTIONS
 from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
@@ -174,10 +176,12 @@ def build_key_cipher(runtime: Runtime) -> KeyCipher:
 
 
 def build_token_signer(runtime: Runtime) -> TokenSigner:
-    """Mints every token with the Current signing key, as ``PIN_PUBLIC_URL``."""
+    """Mints every token with the Current signing key, as the public URL (the issuer)."""
     settings = runtime.settings
     return TokenSigner(
-        build_key_cipher(runtime), settings.public_url, m2m_token_ttl=settings.m2m_token_ttl
+        build_key_cipher(runtime),
+        settings.effective_public_url,
+        m2m_token_ttl=settings.m2m_token_ttl,
     )
 
 
@@ -189,7 +193,7 @@ def build_key_set(runtime: Runtime) -> KeySet:
 def build_authenticator(runtime: Runtime, key_set: KeySet) -> Authenticator:
     """Bearer authentication for every context; identity answers for sessions and clients."""
     return Authenticator(
-        TokenVerifier(key_set, runtime.settings.public_url),
+        TokenVerifier(key_set, runtime.settings.effective_public_url),
         RefreshSessionLiveness(runtime.database),
         DisabledClients(runtime.database),
         runtime.clock,
@@ -202,7 +206,7 @@ def build_oauth_server(runtime: Runtime, key_set: KeySet) -> OAuthServer:
         runtime.database,
         ServiceClients(runtime.database),
         build_token_signer(runtime),
-        TokenVerifier(key_set, runtime.settings.public_url),
+        TokenVerifier(key_set, runtime.settings.effective_public_url),
         RefreshSessionLiveness(runtime.database),
     )
 
@@ -266,6 +270,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         "user_data": UserData(runtime.database),
         "user_activity_data": ActivityData(runtime.database),
         "heartbeats": build_heartbeats(runtime),
+        "page_features": web_http.PageFeatures(dev_codes=bool(runtime.settings.dev_codes)),
     }
     if metrics_view is not None:
         state["registry"] = metrics_view
@@ -274,7 +279,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         # Development codes, and the dashboard's grant of dev-stats.view: never in prod.
         routers += [identity_http.dev_router, web_http.dev_router]
         state["dev_codes"] = dev_codes
-    return create_http_app(
+    app = create_http_app(
         runtime,
         build_http_services(runtime, key_set),
         routers,
@@ -283,6 +288,9 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         # Every device, once a minute: the heartbeat is served ahead of the framework too.
         fast_routes=[user_activity_http.HEARTBEAT_ROUTE],
     )
+    # /docs can try every route: a user's token, or a service's from identity's endpoint.
+    install_security_schemes(app, routers, token_url=TOKEN_PATH, scopes=SCOPE_DESCRIPTIONS)
+    return app
 
 
 OptionsT = TypeVar("OptionsT", bound=PollingSettings)

@@ -23,7 +23,8 @@ export interface TrackerOptions {
   /** Send and store nothing when the browser says Do-Not-Track or Global Privacy Control,
    * unless the visitor consents explicitly. Default true. */
   respectDoNotTrack?: boolean;
-  /** Injectable for tests and non-browser hosts. */
+  /** Injectable for tests and non-browser hosts; without a `window` (given or global) the
+   * tracker is inert. */
   fetch?: typeof fetch;
   now?: () => number;
   random?: () => number;
@@ -79,7 +80,15 @@ export interface TrackerStats {
   pending: number;
 }
 
-export type TrackerStatus = "tracking" | "stopped" | "opted-out" | "no-consent" | "do-not-track";
+/** "no-browser": created outside a browser (no `window`, none given): inert, it sends,
+ * stores and schedules nothing. */
+export type TrackerStatus =
+  | "tracking"
+  | "stopped"
+  | "opted-out"
+  | "no-consent"
+  | "do-not-track"
+  | "no-browser";
 
 /**
  * Every method that sends something resolves once the API accepted it, or with null

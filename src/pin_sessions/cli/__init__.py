@@ -21,6 +21,7 @@ from pin_sessions.platform.embedded import (
     private_runtime_dir,
 )
 from pin_sessions.platform.messaging.kafka import ClientOptionsRejected, check_client_options
+from pin_sessions.platform.serving import CannotListen
 from pin_sessions.settings import (
     RECOMMENDED_SECRET_KEY_LENGTH,
     Settings,
@@ -71,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A rule of the role the command starts (the API's), checked before it starts.
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
-    except (DataDirBusy, DatabaseLost, RuntimeDirRefused) as exc:
+    except (DataDirBusy, DatabaseLost, RuntimeDirRefused, CannotListen) as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE
 

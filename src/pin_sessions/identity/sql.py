@@ -468,6 +468,13 @@ from identity.clients
 where client_id = $1
 """
 
+SELECT_CLIENTS_NAMED = """
+select client_id, name, scopes, status, created_at, updated_at
+from identity.clients
+where name = $1
+order by created_at, client_id
+"""
+
 ROTATE_CLIENT_CREDENTIALS = """
 update identity.clients
 set secret_hash = $2, secret_rotated_at = $3, updated_at = $3, version = version + 1

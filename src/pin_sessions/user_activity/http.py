@@ -40,6 +40,7 @@ from pin_sessions.platform.http.dependencies import (
 )
 from pin_sessions.platform.http.idempotency_key import IdempotencyKey, idempotency_key_parameter
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
+from pin_sessions.platform.http.security_schemes import OPTIONAL_USER
 from pin_sessions.platform.permissions import DEV_STATS_VIEW, HISTORY_VIEW_BY_USER
 from pin_sessions.platform.streamed_json import stream_json
 from pin_sessions.user_activity import history, operations
@@ -157,6 +158,8 @@ router.add_api_route(
     },
     openapi_extra={
         **REQUIRED_DEVICE,
+        # It reads the optional Bearer token itself (no dependency says so).
+        "security": OPTIONAL_USER.security(),
         "requestBody": {
             "required": False,
             "content": {"application/json": {"schema": HeartbeatRequest.model_json_schema()}},
