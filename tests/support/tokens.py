@@ -35,11 +35,18 @@ class Tokens:
         session_id: uuid.UUID,
         *,
         now: datetime,
+        auth_time: datetime | None = None,
         permissions: Iterable[str] = (),
     ) -> str:
+        """A user's access token; its sign-in (``auth_time``) is ``now`` unless given."""
         async with self.database.connection() as conn:
             signed = await self.signer.access_token(
-                conn, user_id, session_id, now=now, permissions=permissions
+                conn,
+                user_id,
+                session_id,
+                now=now,
+                auth_time=now if auth_time is None else auth_time,
+                permissions=permissions,
             )
         return signed.token
 
