@@ -59,6 +59,7 @@ from pin_sessions.user_activity.consumers import SignedInConsumer
 from pin_sessions.user_activity.consumers import UserErasedConsumer as ActivityUserErasedConsumer
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.jobs import activity_closer, activity_retention
+from pin_sessions.user_activity.linking import StaleLinks
 from pin_sessions.user_activity.user_data import ActivityData
 from pin_sessions.web import http as web_http
 
@@ -254,6 +255,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         "user_data": UserData(runtime.database),
         "user_activity_data": ActivityData(runtime.database),
         "heartbeats": Heartbeats(runtime.database, runtime.registry),
+        "stale_links": StaleLinks(runtime.registry),
     }
     if metrics_view is not None:
         state["registry"] = metrics_view

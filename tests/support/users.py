@@ -47,10 +47,14 @@ async def signed_in_user(
     *,
     now: datetime,
     permissions: Iterable[str] = (),
+    user_id: uuid.UUID | None = None,
 ) -> SignedInUser:
-    user_id, session_id = new_id(), new_id()
-    phone = "+1555" + str(secrets.randbelow(10**7)).zfill(7)
-    await conn.execute(INSERT_USER, user_id, phone, now)
+    """A sign-in at ``now``: of a new user, or another one (a new family) of ``user_id``."""
+    session_id = new_id()
+    if user_id is None:
+        user_id = new_id()
+        phone = "+1555" + str(secrets.randbelow(10**7)).zfill(7)
+        await conn.execute(INSERT_USER, user_id, phone, now)
     token_hash = hashlib.sha256(secrets.token_bytes(32)).digest()
     await conn.execute(
         INSERT_SESSION, session_id, user_id, token_hash, now, now + timedelta(days=30)
