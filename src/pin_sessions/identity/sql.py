@@ -354,7 +354,7 @@ limit $4
 
 EXPORT_REFRESH_SESSIONS_PAGE = """
 select id, family_id, status, created_at, last_used_at, expires_at, rotated_at, revoked_at,
-       revoked_reason, device_user_agent, device_ip
+       revoked_reason, signed_in_at, device_user_agent, device_ip
 from identity.refresh_sessions
 where user_id = $1 and created_at >= $2 and (created_at, id) > ($2, $3)
 order by created_at, id
