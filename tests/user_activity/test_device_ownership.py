@@ -226,6 +226,29 @@ async def test_a_stale_link_on_a_device_without_a_session_starts_a_guests(
     assert runtime.registry.get_sample_value(STALE_LINKS) == 1
 
 
+async def test_on_a_guests_session_the_devices_history_judges_a_link(
+    http: httpx.AsyncClient, runtime: Runtime, clock: FixedClock, taken_over: Device
+) -> None:
+    """The guest session A's tab restarted says nothing of who signed in last; the device's
+    links do: A's is still stale there, B's (a refreshed token of B) links it."""
+    x = taken_over
+    await _close_idle_sessions(runtime, clock)
+    a_token = await _a_refreshed_token(runtime, x, clock)
+    guest = (await http.post(HEARTBEAT, headers=x.headers(token=a_token))).json()["sessionId"]
+    a_link = (await http.post(LINK, headers=x.headers(token=a_token))).json()
+    assert (a_link["sessionId"], a_link["userId"], a_link["stale"]) == (guest, None, True)
+    b_token = await Tokens.of(runtime).access(
+        x.b.user_id, x.b.session_id, now=clock.now(), auth_time=B_SIGNS_IN
+    )
+    b_link = (await http.post(LINK, headers=x.headers(token=b_token))).json()
+    assert b_link == {
+        "sessionId": guest,
+        "userId": str(x.b.user_id),
+        "linkedAt": "2026-11-29T12:01:00Z",
+        "switched": False,
+    }
+
+
 async def test_a_new_sign_in_of_the_earlier_user_takes_the_device_back(
     http: httpx.AsyncClient, runtime: Runtime, clock: FixedClock, taken_over: Device
 ) -> None:

@@ -104,8 +104,7 @@ async def link_request(
         current = await _lock_active_session(conn, anonymous_id)
         if current is not None and current.user_id == caller.user_id:
             return LinkOutcome(current, switched=False, created=False)
-        # Read after the lock: every link of this device that could still commit waits on it.
-        latest = await repository.latest_link_since(conn, anonymous_id, caller.signed_in_at)
+        latest = await _latest_link_since(conn, anonymous_id, current, caller.signed_in_at)
         stale = is_stale_request(caller, latest)
         if current is not None:
             if stale:
@@ -119,6 +118,24 @@ async def link_request(
             await append(conn, linked_event(started), now=now)
         return LinkOutcome(started, switched=False, created=True, stale=stale)
     raise ServiceUnavailable("the device's session kept changing; retry the request")
+
+
+async def _latest_link_since(
+    conn: Connection, anonymous_id: uuid.UUID, current: SessionSnapshot | None, since: datetime
+) -> DeviceLink | None:
+    """The device's latest link later than ``since``, read once its Active row is locked.
+
+    A linked Active session holds the device's latest link: every link is made at least as
+    late as all the device's links before it (a request's is never older than another
+    user's, a sign-in event's never older than the session it joins), so its own row says.
+    A guest's session or none: the device's history does. Either way every link that could
+    still commit waits on the lock this transaction holds, or on the partial unique index.
+    """
+    if current is not None and current.user_id is not None and current.linked_at is not None:
+        if current.linked_at > since:
+            return DeviceLink(current.user_id, current.linked_at)
+        return None
+    return await repository.latest_link_since(conn, anonymous_id, since)
 
 
 def _caller_link(caller: SignedInCaller, latest: DeviceLink | None) -> DeviceLink:
