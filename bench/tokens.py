@@ -84,7 +84,7 @@ async def verification(dsn: str, env: dict[str, str], args: argparse.Namespace) 
     try:
         async with database.connection() as conn:
             signed = await build_token_signer(runtime).access_token(
-                conn, uuid.uuid4(), uuid.uuid4(), now=NOW
+                conn, uuid.uuid4(), uuid.uuid4(), now=NOW, auth_time=NOW
             )
         es256 = signed.token
         claims = jwt.decode(es256, options={"verify_signature": False})

@@ -61,6 +61,7 @@ from pin_sessions.user_activity.consumers import SignedInConsumer
 from pin_sessions.user_activity.consumers import UserErasedConsumer as ActivityUserErasedConsumer
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.jobs import activity_closer, activity_retention
+from pin_sessions.user_activity.linking import StaleLinks
 from pin_sessions.user_activity.user_data import ActivityData
 from pin_sessions.web import http as web_http
 
@@ -271,6 +272,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         "user_activity_data": ActivityData(runtime.database),
         "heartbeats": build_heartbeats(runtime),
         "page_features": web_http.PageFeatures(dev_codes=bool(runtime.settings.dev_codes)),
+        "stale_links": StaleLinks(runtime.registry),
     }
     if metrics_view is not None:
         state["registry"] = metrics_view

@@ -31,7 +31,7 @@ from pin_sessions.user_activity import operations, sql
 from pin_sessions.user_activity.domain import device_info
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.http import HEARTBEAT_PATH
-from pin_sessions.user_activity.linking import link_device
+from pin_sessions.user_activity.linking import link_sign_in
 from tests.support.http import in_process
 from tests.support.waiting import wait_until
 from tests.user_activity.conftest import device, sessions_of
@@ -282,11 +282,11 @@ async def test_a_link_holding_a_row_holds_only_its_device(
     linked, *free = await _active_devices(runtime, 1 + FREE_DEVICES)
     user_a, user_b = new_id(), new_id()
     async with runtime.database.transaction() as conn:
-        await link_device(conn, linked, user_a, clock.now())
+        await link_sign_in(conn, linked, user_a, clock.now(), clock.now())
     clock.advance(timedelta(seconds=40))
     async with _api(runtime, settings_env, database_url, clock) as (batch, _):
         async with runtime.database.transaction() as linking:
-            outcome = await link_device(linking, linked, user_b, clock.now())
+            outcome = await link_sign_in(linking, linked, user_b, clock.now(), clock.now())
             assert outcome is not None and outcome.switched
             linked_answer, *free_answers = await batch.send([linked, *free])
             answered = await _answered(free_answers)

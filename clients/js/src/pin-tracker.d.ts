@@ -65,9 +65,14 @@ export interface ViewEnded {
 
 export interface SessionLinked {
   sessionId: string;
-  userId: string;
-  linkedAt: string;
+  /** The session's user: the caller's, unless `stale` (then another user's, or null). */
+  userId: string | null;
+  /** The instant of the sign-in the link stands for; null for a guest's session. */
+  linkedAt: string | null;
   switched: boolean;
+  /** Present when another user signed in on the device after this token's sign-in: the
+   * link changed nothing and the answer is the device's session as it is. */
+  stale?: true;
 }
 
 export interface TrackerStats {

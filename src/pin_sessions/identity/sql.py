@@ -102,33 +102,53 @@ DELETE_USER_PERMISSION = """
 delete from identity.user_permissions where user_id = $1 and permission = $2
 """
 
+# $9: the instant of the sign-in that started the family (the access tokens' auth_time).
 INSERT_REFRESH_SESSION = """
 insert into identity.refresh_sessions
     (id, user_id, family_id, token_hash, status, created_at, expires_at, last_used_at,
-     device_user_agent, device_ip)
-values ($1, $2, $3, $4, 'Active', $5, $6, $5, $7, $8)
+     device_user_agent, device_ip, signed_in_at)
+values ($1, $2, $3, $4, 'Active', $5, $6, $5, $7, $8, $9)
 """
 
 # Active → Rotated; the successor row, on the same device, is inserted in the same
-# transaction.
+# transaction and keeps the family's sign-in instant. A session of a family begun before
+# migration 0016 has none stored: its family's first session was created by that sign-in,
+# and while retention has not removed it its created_at is the instant; after that, the
+# session's own created_at is the latest the sign-in can have been.
 ROTATE_REFRESH_SESSION = """
-update identity.refresh_sessions
+update identity.refresh_sessions as s
 set status = 'Rotated', rotated_at = $2, replaced_by = $3, last_used_at = $2,
-    version = version + 1
-where token_hash = $1 and status = 'Active' and expires_at > $2
-returning user_id, family_id, device_user_agent
+    version = s.version + 1
+where s.token_hash = $1 and s.status = 'Active' and s.expires_at > $2
+returning s.user_id, s.family_id, s.device_user_agent,
+    coalesce(
+        s.signed_in_at,
+        (select f.created_at from identity.refresh_sessions as f where f.id = s.family_id),
+        s.created_at
+    ) as signed_in_at
 """
 
+# The sign-in instant as ROTATE_REFRESH_SESSION reads it.
 SELECT_REFRESH_SESSION_BY_HASH = """
-select id, user_id, family_id, status, expires_at, rotated_at, replaced_by
-from identity.refresh_sessions
-where token_hash = $1
+select s.id, s.user_id, s.family_id, s.status, s.expires_at, s.rotated_at, s.replaced_by,
+    coalesce(
+        s.signed_in_at,
+        (select f.created_at from identity.refresh_sessions as f where f.id = s.family_id),
+        s.created_at
+    ) as signed_in_at
+from identity.refresh_sessions as s
+where s.token_hash = $1
 """
 
 SELECT_REFRESH_SESSION_BY_ID = """
-select id, user_id, family_id, status, expires_at, rotated_at, replaced_by
-from identity.refresh_sessions
-where id = $1
+select s.id, s.user_id, s.family_id, s.status, s.expires_at, s.rotated_at, s.replaced_by,
+    coalesce(
+        s.signed_in_at,
+        (select f.created_at from identity.refresh_sessions as f where f.id = s.family_id),
+        s.created_at
+    ) as signed_in_at
+from identity.refresh_sessions as s
+where s.id = $1
 """
 
 # Reuse detected: every Active session of the family → Revoked(TokenReuse).
@@ -360,7 +380,7 @@ limit $4
 
 EXPORT_REFRESH_SESSIONS_PAGE = """
 select id, family_id, status, created_at, last_used_at, expires_at, rotated_at, revoked_at,
-       revoked_reason, device_user_agent, device_ip
+       revoked_reason, signed_in_at, device_user_agent, device_ip
 from identity.refresh_sessions
 where user_id = $1 and created_at >= $2 and (created_at, id) > ($2, $3)
 order by created_at, id
