@@ -24,6 +24,7 @@ from pin_sessions.platform.auth import (
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.http.client_address import Network, request_client_ip
+from pin_sessions.platform.refreshed import Refreshing
 
 T = TypeVar("T")
 
@@ -37,6 +38,9 @@ class HttpServices:
     authenticator: Authenticator
     # Peers whose X-Forwarded-For is believed (PIN_TRUSTED_PROXIES).
     trusted_proxies: tuple[Network, ...] = ()
+    # Copies of database state the routes read (keys, client status): the app starts
+    # refreshing them when it starts and stops with it.
+    refreshed: tuple[Refreshing, ...] = ()
 
 
 def state(request: Request, name: str, kind: type[T]) -> T:
