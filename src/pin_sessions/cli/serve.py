@@ -176,5 +176,6 @@ def api_role(
         port=port,
         sock=sock,
         shutdown_timeout=http.shutdown_timeout,
+        read_timeout=http.read_timeout,
     )
     return ApiRole(server, on_listening=listening, shutdown_delay=http.shutdown_delay)
