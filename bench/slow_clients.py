@@ -1,6 +1,6 @@
 """Slow clients benchmark: other clients' heartbeat latency with thousands of slow connections open.
 
-    python bench/slow_clients.py [--slow 3000] [--rate 300] [--duration 10] [--rounds 3]
+    python bench/slow_clients.py [--slow 3000] [--rate 300] [--duration 10] [--rounds 5]
                                  [--read-timeout 30] [--sessions 10000]
 
 Serves the API as production does (``pin-sessions serve``, ``PIN_HTTP__READ_TIMEOUT`` from
@@ -15,9 +15,11 @@ opened before the heartbeats start and still open when they end. The last round'
 connections are then left to the server: it must close every one of them about the read
 timeout after it opened, and its file descriptors come back down.
 
-Reports per round p50/p99 (scheduled) and requests per second, the server's open file
-descriptors alone, with the slow connections, and after the read timeout, and how long the
-server took to close the slow connections. The fd limit of this process (inherited by the
+Reports per round p50/p99 (scheduled), requests per second, the server's CPU per heartbeat
+and the machine's CPU shares (busy, idle, stolen: other work on a shared machine moves the
+tail far more than anything measured here), and the medians over the rounds; the server's
+open file descriptors idle, with the slow connections, and after the read timeout; and how
+long the server took to close the slow connections. The fd limit of this process (inherited by the
 server) is raised to its hard limit. Prints one JSON object. PostgreSQL: ``PIN_DATABASE_URL``
 when set, else an embedded server in a temporary directory.
 """
@@ -40,7 +42,7 @@ from typing import Any
 
 import asyncpg
 import psutil
-from heartbeat import LUA_SCRIPT, SEED_SESSIONS
+from heartbeat import LUA_SCRIPT, SEED_SESSIONS, _cpu_shares, _machine_cpu
 from serving import bench_database, free_port, running_server
 
 from pin_sessions.platform.migrations import migrate
@@ -116,7 +118,9 @@ async def _open_slow(count: int, port: int) -> list[SlowClient]:
     return clients
 
 
-async def _wrk(port: int, args: argparse.Namespace) -> dict[str, Any]:
+async def _wrk(port: int, args: argparse.Namespace, server: psutil.Process) -> dict[str, Any]:
+    """One paced run; its latency, and what it cost the server and the machine."""
+    machine_before, server_before = _machine_cpu(), _cpu_seconds(server)
     command = [
         "wrk", "-t", str(THREADS), "-c", str(PACED_CONNECTIONS), "-d", f"{args.duration}s",
         "--timeout", "10s", "-s", str(LUA_SCRIPT), f"http://127.0.0.1:{port}",
@@ -132,25 +136,37 @@ async def _wrk(port: int, args: argparse.Namespace) -> dict[str, Any]:
     if process.returncode != 0:
         raise RuntimeError(f"wrk failed: {err.decode()[-2000:]}")
     result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
-    return {
+    served = max(result["requests"] - result["failed"], 1)
+    measured: dict[str, Any] = {
         key: round(result[key], 2)
         for key in ("requestsPerSecond", "scheduledP50Ms", "scheduledP99Ms", "p99Ms", "failed")
         if key in result
     }
+    measured["serverCpuUsPerRequest"] = round(
+        (_cpu_seconds(server) - server_before) / served * 1e6, 1
+    )
+    measured["machineCpu"] = _cpu_shares(machine_before, _machine_cpu())
+    return measured
+
+
+def _cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 async def _measure(port: int, server: psutil.Process, args: argparse.Namespace) -> dict[str, Any]:
     fds_alone = server.num_fds()
-    await _wrk(port, argparse.Namespace(**{**vars(args), "duration": 2}))  # warm up
+    await _wrk(port, argparse.Namespace(**{**vars(args), "duration": 2}), server)  # warm up
     alone: list[dict[str, Any]] = []
     with_slow: list[dict[str, Any]] = []
     clients: list[SlowClient] = []
     fds_with_slow = 0
     for round_number in range(args.rounds):
-        alone.append(await _wrk(port, args))
+        alone.append(await _wrk(port, args, server))
         clients = await _open_slow(args.slow, port)
+        await asyncio.sleep(1)  # the last ones accepted
         fds_with_slow = server.num_fds()
-        run = await _wrk(port, args)
+        run = await _wrk(port, args, server)
         run["slowStillOpen"] = sum(client.closed_after is None for client in clients)
         with_slow.append(run)
         if round_number < args.rounds - 1:
@@ -168,9 +184,12 @@ async def _measure(port: int, server: psutil.Process, args: argparse.Namespace) 
     return {
         "alone": alone,
         "withSlowClients": with_slow,
-        "medianScheduledP99Ms": {
-            "alone": round(statistics.median(r["scheduledP99Ms"] for r in alone), 2),
-            "withSlowClients": round(statistics.median(r["scheduledP99Ms"] for r in with_slow), 2),
+        "median": {
+            name: {
+                key: round(statistics.median(r[key] for r in runs), 2)
+                for key in ("scheduledP50Ms", "scheduledP99Ms", "serverCpuUsPerRequest")
+            }
+            for name, runs in (("alone", alone), ("withSlowClients", with_slow))
         },
         "serverOpenFds": {
             "idle": fds_alone,
@@ -207,7 +226,7 @@ def main() -> None:
     parser.add_argument("--slow", type=int, default=3000)
     parser.add_argument("--rate", type=int, default=300)
     parser.add_argument("--duration", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--read-timeout", type=float, default=30.0)
     parser.add_argument("--sessions", type=int, default=10_000)
     args = parser.parse_args()
