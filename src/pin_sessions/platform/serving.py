@@ -56,7 +56,8 @@ class _ReadDeadlineProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._receiving = False
-        if self.cycle.response_complete:
+        # No cycle before a first request's headers were taken as an upgrade (WebSocket).
+        if self.cycle is not None and self.cycle.response_complete:
             self._arm()  # answered before it was all in: the next request is awaited now
         else:
             self._disarm()  # the request is in: the app's time is not the client's
