@@ -127,10 +127,11 @@ async def test_a_frozen_database_holds_no_answer_past_its_bound_and_the_copies_s
                 "forged": 401,
             }
             keys_before = next(r.content for name, _, r in warm if name == "jwks")
-            # Every copy is due for a read when the stall begins.
-            clock.advance(timedelta(minutes=1))
 
             with frozen(embedded):
+                # Every copy is due for a read once the stall has begun (not before: a read
+                # in between would make it fresh again).
+                clock.advance(timedelta(minutes=1))
                 asked: list[asyncio.Task[tuple[str, float, httpx.Response]]] = []
                 for _ in range(ROUNDS):
                     asked += [asyncio.create_task(ask(name)) for name in routes]
