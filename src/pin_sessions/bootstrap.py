@@ -11,6 +11,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import asyncpg
@@ -34,7 +35,7 @@ from pin_sessions.identity.sms import build_code_sender
 from pin_sessions.identity.user_data import UserData
 from pin_sessions.platform.auth import Authenticator
 from pin_sessions.platform.clock import Clock, SystemClock
-from pin_sessions.platform.database import Bounds, Database
+from pin_sessions.platform.database import CLIENT_TIMEOUT_GRACE, Bounds, Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.platform.http.dependencies import HttpServices
@@ -186,17 +187,29 @@ def build_token_signer(runtime: Runtime) -> TokenSigner:
     )
 
 
+def _call_bound(runtime: Runtime) -> timedelta:
+    """How long a request may wait for a read of shared state: one API call (SPEC §11)."""
+    return runtime.settings.database.statement_timeout + CLIENT_TIMEOUT_GRACE
+
+
 def build_key_set(runtime: Runtime) -> KeySet:
     """The process's cache of the published keys: one per process, on its registry."""
-    return KeySet(PublishedKeys(runtime.database), runtime.registry)
+    return KeySet(
+        PublishedKeys(runtime.database),
+        runtime.registry,
+        clock=runtime.clock,
+        wait_limit=_call_bound(runtime),
+    )
 
 
-def build_authenticator(runtime: Runtime, key_set: KeySet) -> Authenticator:
+def build_authenticator(
+    runtime: Runtime, key_set: KeySet, clients: DisabledClients
+) -> Authenticator:
     """Bearer authentication for every context; identity answers for sessions and clients."""
     return Authenticator(
         TokenVerifier(key_set, runtime.settings.effective_public_url),
         RefreshSessionLiveness(runtime.database),
-        DisabledClients(runtime.database),
+        clients,
         runtime.clock,
     )
 
@@ -240,12 +253,21 @@ def build_dev_codes(runtime: Runtime) -> DevCodes | None:
 
 
 def build_http_services(runtime: Runtime, key_set: KeySet | None = None) -> HttpServices:
-    """What every context's routes may ask for (``platform.http.dependencies``)."""
+    """What every context's routes may ask for (``platform.http.dependencies``).
+
+    The key set and the client status are copies the app refreshes in the background
+    from its start to its stop (SPEC §11).
+    """
+    key_set = key_set or build_key_set(runtime)
+    clients = DisabledClients(
+        runtime.database, runtime.registry, clock=runtime.clock, wait_limit=_call_bound(runtime)
+    )
     return HttpServices(
         database=runtime.database,
         clock=runtime.clock,
-        authenticator=build_authenticator(runtime, key_set or build_key_set(runtime)),
+        authenticator=build_authenticator(runtime, key_set, clients),
         trusted_proxies=runtime.settings.trusted_proxies,
+        refreshed=(key_set, clients),
     )
 
 

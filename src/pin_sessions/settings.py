@@ -240,6 +240,10 @@ class HttpSettings(_Group):
     shutdown_delay: Annotated[Duration, AfterValidator(_not_negative)] = timedelta(0)
     # Then requests in flight get this long to finish before their connections are cut.
     shutdown_timeout: PositiveDuration = timedelta(seconds=3)
+    # SPEC §11: a request (headers and body) must arrive within this of the server's
+    # starting to wait for it, or its connection is closed: idle and trickling clients
+    # would otherwise hold a file descriptor each for ever.
+    read_timeout: PositiveDuration = timedelta(seconds=30)
 
 
 class KafkaSettings(_Group):

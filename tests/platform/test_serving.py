@@ -48,7 +48,9 @@ async def test_readyz_is_503_from_sigterm_and_a_request_in_flight_still_gets_its
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = _env(database_url, tmp_path, PIN_HTTP__SHUTDOWN_DELAY="3")
+    # The request in flight is slow on purpose (its body ends after the drain): the read
+    # timeout, another test's subject, must not cut it on a loaded machine.
+    env = _env(database_url, tmp_path, PIN_HTTP__SHUTDOWN_DELAY="3", PIN_HTTP__READ_TIMEOUT="300")
     process = pin_sessions("serve", "--port", str(port), env=env)
     try:
         wait_until_ready(url, process)

@@ -24,6 +24,10 @@ def test_defaults_follow_the_spec() -> None:
     assert settings.activity_closer.polling_interval == timedelta(seconds=60)
     assert settings.activity_closer.batch_size == 500
     assert settings.activity_retention.age == timedelta(days=365)
+    assert settings.http.read_timeout == timedelta(seconds=30)
+    assert load_settings({"PIN_HTTP__READ_TIMEOUT": "PT2M"}).http.read_timeout == timedelta(
+        minutes=2
+    )
 
 
 JOB_GROUPS = ("EXPIRE_SESSIONS", "SESSION_RETENTION", "ACTIVITY_CLOSER", "ACTIVITY_RETENTION")
@@ -114,6 +118,11 @@ def test_durations_accept_seconds_and_iso_8601(raw: str, expected: timedelta) ->
         (
             {"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL": "1e20"},
             "PIN_EXPIRE_SESSIONS__POLLING_INTERVAL is too long for a duration",
+        ),
+        ({"PIN_HTTP__READ_TIMEOUT": "0"}, "PIN_HTTP__READ_TIMEOUT must be > 0 seconds"),
+        (
+            {"PIN_HTTP__READ_TIMEOUT": "slow"},
+            "PIN_HTTP__READ_TIMEOUT must be seconds or an ISO-8601 duration",
         ),
         ({"PIN_ENV": "staging"}, "PIN_ENV "),
         (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -48,10 +48,15 @@ async def signing(runtime: Runtime) -> tuple[str, ec.EllipticCurvePrivateKey]:
 
 
 @pytest.fixture
-def verifier(runtime: Runtime) -> TokenVerifier:
-    return TokenVerifier(
-        KeySet(PublishedKeys(runtime.database), CollectorRegistry()), DEFAULT_PUBLIC_URL
+async def verifier(runtime: Runtime) -> AsyncIterator[TokenVerifier]:
+    keys = KeySet(
+        PublishedKeys(runtime.database),
+        CollectorRegistry(),
+        clock=runtime.clock,
+        wait_limit=timedelta(seconds=10),
     )
+    yield TokenVerifier(keys, DEFAULT_PUBLIC_URL)
+    await keys.close()
 
 
 def _claims(**changes: Any) -> dict[str, Any]:

@@ -218,5 +218,6 @@ def api_role(
         port=http.port,
         sock=sock,
         shutdown_timeout=http.shutdown_timeout,
+        read_timeout=http.read_timeout,
     )
     return ApiRole(server, on_listening=listening, shutdown_delay=http.shutdown_delay)

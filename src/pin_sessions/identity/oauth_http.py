@@ -160,9 +160,9 @@ async def introspect(request: Request, oauth: OAuth, now: Now) -> Response:
 
 
 @router.get(JWKS_PATH, response_model=JwksOut, responses=problems(503))
-async def jwks(key_set: Annotated[KeySet, Depends(_key_set)], now: Now) -> Response:
+async def jwks(key_set: Annotated[KeySet, Depends(_key_set)]) -> Response:
     """Every published public key (Next, Current, Retired) as a JWK Set (RFC 7517)."""
-    document = await key_set.document(now)
+    document = await key_set.document()
     return Response(document, media_type="application/json", headers=PUBLIC_CACHE)
 
 

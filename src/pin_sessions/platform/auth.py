@@ -7,7 +7,8 @@ route needs:
 * a user's access token is accepted only while its ``sid`` session is still Active and
   unexpired — asked through the :class:`SessionLiveness` port, which identity implements;
 * a service's m2m token only while its client is not disabled — asked through the
-  :class:`ClientStatus` port, which identity implements with a cache of at most 30 s.
+  :class:`ClientStatus` port, which identity implements with a copy at most 30 s old
+  while the database answers, refreshed in the background (SPEC §11).
 
 A user token is never accepted where an m2m scope is required, nor the reverse. The
 ports and the key source are wired by the composition root: platform imports no context.
@@ -97,7 +98,7 @@ class SessionLiveness(Protocol):
 
 
 class ClientStatus(Protocol):
-    async def is_disabled(self, client_id: str, now: datetime) -> bool:
+    async def is_disabled(self, client_id: str) -> bool:
         """True when ``client_id`` names a registered client an operator disabled."""
         ...
 
@@ -177,7 +178,7 @@ class Authenticator:
             raise AuthenticationRequired()
         if not isinstance(principal, MachinePrincipal):
             raise WrongTokenKind("a user token cannot call an internal API")
-        if await self._clients.is_disabled(principal.client, self._clock.now()):
+        if await self._clients.is_disabled(principal.client):
             raise ClientDisabled()
         if not principal.scopes.intersection(any_of_scopes):
             raise MissingScope(f"one of the scopes {sorted(any_of_scopes)} is required")

@@ -78,7 +78,9 @@ class Heartbeats:
 
     async def extend(self, anonymous_id: uuid.UUID, now: datetime) -> ExtendedSession | None:
         """The device's Active session once extended to ``now``; None when it has none."""
-        return await self._group.submit(anonymous_id, now)
+        # Bounded as a call of its own: not a stuck batch's wait and then its own (SPEC §11).
+        async with self._database.call_bound():
+            return await self._group.submit(anonymous_id, now)
 
     async def _extend_all(
         self, activity: Mapping[uuid.UUID, datetime]

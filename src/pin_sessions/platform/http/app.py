@@ -36,7 +36,8 @@ def create_http_app(
     quiet_paths: Iterable[str] = (),
     fast_routes: Sequence[APIRoute] = (),
 ) -> ServiceApp:
-    """An app whose lifespan opens and closes the runtime's database pool.
+    """An app whose lifespan opens and closes the runtime's database pool, and starts and
+    stops the refreshing of the copies ``services`` keeps (``platform.refreshed``).
 
     ``services`` (and each entry of ``state``) is put on ``app.state`` for the routes'
     dependencies. Successful requests to ``quiet_paths`` are counted in metrics but not
@@ -53,8 +54,12 @@ def create_http_app(
         owns_pool = not runtime.database.is_open
         await runtime.database.open()
         try:
+            for copy in services.refreshed:
+                copy.start()
             yield
         finally:
+            for copy in services.refreshed:
+                await copy.close()
             if owns_pool:
                 await runtime.database.close()
 

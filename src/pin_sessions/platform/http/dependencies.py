@@ -30,6 +30,7 @@ from pin_sessions.platform.http.security_schemes import (
     Requirement,
     requires,
 )
+from pin_sessions.platform.refreshed import Refreshing
 
 T = TypeVar("T")
 
@@ -43,6 +44,9 @@ class HttpServices:
     authenticator: Authenticator
     # Peers whose X-Forwarded-For is believed (PIN_TRUSTED_PROXIES).
     trusted_proxies: tuple[Network, ...] = ()
+    # Copies of database state the routes read (keys, client status): the app starts
+    # refreshing them when it starts and stops with it.
+    refreshed: tuple[Refreshing, ...] = ()
 
 
 def state(request: Request, name: str, kind: type[T]) -> T:
