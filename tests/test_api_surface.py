@@ -72,18 +72,19 @@ async def test_docs_load_nothing_from_another_host(http: httpx.AsyncClient) -> N
 
 
 # What each route answers besides its success (SPEC §4): 503 wherever the database is
-# asked, 413 wherever a body is read, 401 wherever a Bearer token is read.
+# asked, 413 wherever a body is read, 401 and 400 (a second Authorization header, SPEC §11)
+# wherever a Bearer token is read.
 DECLARED_ERRORS = {
     ("post", "/api/identity/sign-in/requests"): {400, 413, 422, 429, 503},
     ("post", "/api/identity/sign-in/confirm"): {400, 404, 409, 410, 413, 422, 429, 503},
     ("post", "/api/identity/sessions/refresh"): {400, 401, 413, 422, 503},
-    ("get", "/api/identity/sessions"): {401, 503},
+    ("get", "/api/identity/sessions"): {400, 401, 503},
     ("post", "/api/identity/sessions/logout"): {400, 401, 413, 422, 503},
     ("delete", "/api/identity/sessions/{sessionId}"): {400, 401, 404, 413, 422, 503},
     ("delete", "/api/identity/sessions"): {400, 401, 413, 422, 503},
-    ("get", "/api/identity/me/export"): {401, 404, 503},
+    ("get", "/api/identity/me/export"): {400, 401, 404, 503},
     ("delete", "/api/identity/me"): {400, 401, 413, 422, 503},
-    ("get", "/api/user-activity/me/export"): {401, 404, 503},
+    ("get", "/api/user-activity/me/export"): {400, 401, 404, 503},
     ("post", "/api/user-activity/sessions/start"): {400, 401, 413, 422, 503},
     ("post", "/api/user-activity/sessions/heartbeat"): {400, 401, 413, 422, 503},
     ("post", "/api/user-activity/sessions/link"): {400, 401, 413, 422, 503},
@@ -92,7 +93,7 @@ DECLARED_ERRORS = {
     ("post", "/api/user-activity/property-views"): {400, 401, 413, 422, 503},
     ("post", "/api/user-activity/property-views/{viewId}/end"): {400, 401, 404, 413, 422, 503},
     ("get", "/api/user-activity/users/{userId}/sessions"): {400, 401, 403, 422, 503},
-    ("get", "/api/user-activity/sessions/open-count"): {401, 403, 503},
+    ("get", "/api/user-activity/sessions/open-count"): {400, 401, 403, 503},
     ("get", "/internal/sessions/{anonymousId}/link"): {400, 401, 403, 404, 503},
     ("get", "/internal/users/{userId}/sessions"): {400, 401, 403, 422, 503},
     ("get", "/api/dev-stats/sessions/summary"): {400, 401, 403, 503},

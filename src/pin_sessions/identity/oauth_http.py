@@ -37,7 +37,9 @@ from pin_sessions.identity.oauth import (
     TOKEN_PATH,
     OAuthServer,
 )
+from pin_sessions.platform.auth import AUTHORIZATION_HEADER
 from pin_sessions.platform.http.dependencies import Now, state
+from pin_sessions.platform.http.headers import DuplicateHeader, single_header
 from pin_sessions.platform.http.openapi import problems
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.settings import JWKS_MAX_AGE
@@ -194,7 +196,10 @@ async def _form(request: Request) -> dict[str, str]:
 
 def _client_credentials(request: Request, form: dict[str, str]) -> tuple[str, str]:
     """(client id, secret) from HTTP Basic or from the form; one method, never both."""
-    header = request.headers.get("authorization")
+    try:
+        header = single_header(request, AUTHORIZATION_HEADER)
+    except DuplicateHeader:
+        raise InvalidRequest("the Authorization header is given more than once") from None
     if header is None:
         client_id, secret = form.get("client_id"), form.get("client_secret")
         if client_id is None or secret is None:
