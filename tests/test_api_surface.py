@@ -10,6 +10,8 @@ import pytest
 
 from pin_sessions.bootstrap import build_api, build_runtime
 from pin_sessions.settings import load_settings
+from tests.support.http import in_process
+from tests.support.sms_gateways import CONFIGURED_GATEWAY
 
 SPEC_ROUTES = [
     ("post", "/api/identity/sign-in/requests"),
@@ -225,3 +227,30 @@ async def test_the_development_routes_are_documented_only_where_they_are_mounted
     development = {"/dev/sign-in-codes/{requestId}", "/dev/dev-stats/viewers"}
     assert development <= set(document["paths"])
     assert not development & set(openapi_paths)
+
+
+# SPEC §11: in prod the API's clients see neither its map nor its metrics.
+PROD_SURFACE = ("/docs", "/docs/assets/swagger-ui-bundle.js", "/openapi.json", "/metrics")
+
+
+@pytest.mark.parametrize(
+    ("environ", "served"),
+    [
+        ({}, set(PROD_SURFACE)),
+        ({"PIN_ENV": "prod", **CONFIGURED_GATEWAY}, set()),
+        (
+            {"PIN_ENV": "prod", "PIN_HTTP__DOCS": "1", **CONFIGURED_GATEWAY},
+            {"/docs", "/docs/assets/swagger-ui-bundle.js", "/openapi.json"},
+        ),
+        ({"PIN_HTTP__DOCS": "0"}, {"/metrics"}),
+    ],
+)
+async def test_prod_serves_docs_only_when_asked_and_metrics_never_on_the_api_port(
+    settings_env: dict[str, str], database_url: str, environ: dict[str, str], served: set[str]
+) -> None:
+    settings = load_settings({**settings_env, **environ})
+    async with in_process(build_api(build_runtime(settings, database_url))) as http:
+        statuses = {path: (await http.get(path)).status_code for path in PROD_SURFACE}
+        assert (await http.get("/readyz")).status_code == 200
+    assert {path for path, status in statuses.items() if status == 200} == served
+    assert {status for path, status in statuses.items() if path not in served} <= {404}

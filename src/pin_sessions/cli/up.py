@@ -1,7 +1,8 @@
 """``pin-sessions up [--host] [--port]``: everything on one machine.
 
 The database (embedded unless ``PIN_DATABASE_URL`` names one), its migrations, the API and
-every worker run as roles of this one process.
+every worker run as roles of this one process, sharing one metrics registry: on the API's
+``/metrics`` outside prod, and on ``--metrics-port`` / ``PIN_METRICS_PORT`` when given.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from pin_sessions.bootstrap import (
     open_database_endpoint,
     worker_database,
 )
-from pin_sessions.cli.common import print_banner
+from pin_sessions.cli.common import add_metrics_port, metrics_endpoint, print_banner
 from pin_sessions.cli.serve import (
     DEFAULT_HOST,
     DEFAULT_PORT,
+    api_metrics_port,
     api_role,
     api_urls,
     stop_grace_seconds,
@@ -54,13 +56,17 @@ def add_parsers(commands: Commands) -> None:
     up = commands.add_parser("up", help="everything on one machine: database, migrations, API")
     up.add_argument("--host", default=DEFAULT_HOST)
     up.add_argument("--port", type=int, default=DEFAULT_PORT)
+    add_metrics_port(up)
     up.set_defaults(run=run)
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     settings.check_api_can_sign_in()
+    metrics_port = api_metrics_port(settings, args)
     with process_tracing("up", os.environ):
-        return _up(with_up_defaults(settings), args.host, args.port, banner=args.console)
+        return _up(
+            with_up_defaults(settings), args.host, args.port, metrics_port, banner=args.console
+        )
 
 
 def with_up_defaults(settings: Settings) -> Settings:
@@ -73,7 +79,7 @@ def with_up_defaults(settings: Settings) -> Settings:
     return settings.model_copy(update={"dev_codes": True})
 
 
-def _up(settings: Settings, host: str, port: int, *, banner: bool) -> int:
+def _up(settings: Settings, host: str, port: int, metrics_port: int | None, *, banner: bool) -> int:
     with DataDirLock(settings.data_dir), open_database_endpoint(settings) as endpoint:
         dsn = endpoint.dsn
         # The workers share one pool; the API gets its own, bounded one (SPEC §9), so a
@@ -89,7 +95,8 @@ def _up(settings: Settings, host: str, port: int, *, banner: bool) -> int:
         # `up` owns an embedded server: when it dies, the watch starts it again or, failing
         # that, raises DatabaseLost, which stops every role and exits 1.
         watch = [] if endpoint.embedded is None else [PostmasterWatch(endpoint.embedded)]
-        run_process(_run_up(runtime, api_runtime, host, port, watch, banner=banner))
+        with metrics_endpoint(metrics_port, runtime.registry):
+            run_process(_run_up(runtime, api_runtime, host, port, watch, banner=banner))
     log.info("stopped")
     return 0
 
@@ -117,7 +124,11 @@ async def _run_up(
                 host,
                 port,
                 on_listening=(
-                    (lambda bound: print_banner("PIN Sessions is up", api_urls(host, bound)))
+                    (
+                        lambda bound: print_banner(
+                            "PIN Sessions is up", api_urls(host, bound, runtime.settings)
+                        )
+                    )
                     if banner
                     else None
                 ),
