@@ -419,6 +419,14 @@ class SignInSettings(_Group):
     global_limit: Annotated[int, Field(gt=0)] = 600
 
 
+class OAuthSettings(_Group):
+    """SPEC §11: failed client authentications at /oauth/token and /oauth/introspect."""
+
+    # Failures per minute per client id, and per client address (an IPv6 client's /64),
+    # counted in PostgreSQL across every instance; past it, 429 with Retry-After.
+    failure_limit: Annotated[int, Field(gt=0)] = 10
+
+
 class Settings(BaseSettings):
     """Everything the processes read from their environment."""
 
@@ -459,6 +467,7 @@ class Settings(BaseSettings):
     http: HttpSettings = HttpSettings()
     sms: SmsSettings = SmsSettings()
     sign_in: SignInSettings = SignInSettings()
+    oauth: OAuthSettings = OAuthSettings()
     kafka: KafkaSettings = KafkaSettings()
 
     @property

@@ -4,8 +4,8 @@ A client is a UUID, a name, the scopes it may hold and the SHA-256 of its secret
 random bits, shown once by ``clients create`` / ``rotate-secret`` and never stored. A
 high-entropy secret needs no slow hash; it is compared in constant time, also against a
 stand-in hash when the client does not exist, so timing tells nothing about which ids
-are registered. A failed authentication is logged with the client id and the reason,
-never the secret.
+are registered. Authenticating a client, and limiting its failures, is
+``client_authentication``'s.
 
 A disabled client gets no token, and :class:`DisabledClients` (the
 :class:`pin_sessions.platform.auth.ClientStatus` port) tells internal routes to refuse
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import re
 import secrets
 import uuid
@@ -27,14 +26,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-import structlog
-
 from pin_sessions.identity import sql
-from pin_sessions.identity.errors import ClientNotActive, InvalidClient, InvalidScope, UnknownClient
+from pin_sessions.identity.errors import ClientNotActive, InvalidScope, UnknownClient
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.ids import new_id
-
-log = structlog.get_logger(__name__)
 
 SECRET_BYTES = 32
 MAX_NAME_LENGTH = 100
@@ -43,7 +38,7 @@ DISABLED_CLIENTS_MAX_AGE = timedelta(seconds=30)
 SCOPE_PATTERN = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)*$")
 MAX_SCOPE_LENGTH = 64
 # Compared against when the client is unknown, so that path costs what a wrong secret does.
-_STAND_IN_HASH = hashlib.sha256(b"no such client").digest()
+STAND_IN_HASH = hashlib.sha256(b"no such client").digest()
 
 
 class ClientState(StrEnum):
@@ -92,7 +87,7 @@ def granted_scopes(client: Client, requested: str | None) -> tuple[str, ...]:
     return tuple(sorted(set(wanted)))
 
 
-def _client(row: Any) -> Client:
+def client_of(row: Any) -> Client:
     return Client(
         client_id=row["client_id"],
         name=row["name"],
@@ -121,7 +116,7 @@ class ServiceClients:
 
     async def registered(self) -> list[Client]:
         async with self._database.connection() as conn:
-            return [_client(row) for row in await conn.fetch(sql.SELECT_CLIENTS)]
+            return [client_of(row) for row in await conn.fetch(sql.SELECT_CLIENTS)]
 
     async def rotate_secret(self, client_id: uuid.UUID, now: datetime) -> str:
         """A new secret for an Active client; the old one stops working at once."""
@@ -143,31 +138,9 @@ class ServiceClients:
                 raise UnknownClient()
         return False
 
-    async def authenticate(self, client_id: str, secret: str) -> Client:
-        """The Active client ``client_id`` names, if ``secret`` is its; else InvalidClient."""
-        parsed = _uuid(client_id)
-        row = None
-        if parsed is not None:
-            async with self._database.connection() as conn:
-                row = await conn.fetchrow(sql.SELECT_CLIENT_CREDENTIALS, parsed)
-        expected = row["secret_hash"] if row is not None else _STAND_IN_HASH
-        matches = hmac.compare_digest(secret_hash(secret), expected)
-        if row is None or not matches or row["status"] != ClientState.ACTIVE:
-            reason = (
-                "unknown client" if row is None else "wrong secret" if not matches else "disabled"
-            )
-            # The id only when it is one (the input may be anything); never the secret.
-            log.warning(
-                "client authentication failed",
-                clientId=None if parsed is None else str(parsed),
-                reason=reason,
-            )
-            raise InvalidClient("client authentication failed")
-        return _client(row)
-
     async def is_disabled_now(self, client_id: str) -> bool:
         """:class:`DisabledClients`' answer, asked of the table now rather than of a cache."""
-        parsed = _uuid(client_id)
+        parsed = parse_client_id(client_id)
         if parsed is None:
             return False
         async with self._database.connection() as conn:
@@ -175,7 +148,8 @@ class ServiceClients:
         return bool(status == ClientState.DISABLED)
 
 
-def _uuid(value: str) -> uuid.UUID | None:
+def parse_client_id(value: str) -> uuid.UUID | None:
+    """The client id ``value`` names, if it is one (the input may be anything)."""
     try:
         return uuid.UUID(value)
     except ValueError:
