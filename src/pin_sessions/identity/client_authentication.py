@@ -10,19 +10,18 @@ across every API process and instance. The rules:
 * An id or an address with ``PIN_OAUTH__FAILURE_LIMIT`` failures in the last minute is
   refused: 429 ``temporarily_unavailable`` with ``Retry-After`` (until the oldest of them
   leaves the minute), whatever the secret — a right one too, or a guesser would learn from
-  the answer which guess was right.
-* Only failures write. The two counts are read by the statement that reads the client, so a
+  the answer which guess was right. Attempts refused this way count as failures too.
+* Only failures write. The two rows are read by the statement that reads the client, so a
   success costs no round trip more than it did without the limit.
-* A failure is recorded under advisory locks (its client id, then its address) after reading
-  the counts again: however many arrive at once, on however many processes, no more than the
-  limit are answered 401 in any minute; the rest get 429 and are not recorded.
-* A right secret is judged on the counts its own statement read, without a lock: it is
-  refused once the limit is reached, but an attempt whose read came before the limit-th
-  failure committed is still judged. So a burst can have its secret compared a little past
-  the limit — as many times as attempts were read while the limit was being reached —
-  before every later one is refused; a per-attempt write or lock on the success path would
-  close that, at the price of the cheap success. Against 256-bit secrets it buys a guesser
-  nothing.
+* A failure is one upsert of its two rows, which judges each on the locked row: however many
+  arrive at once, on however many processes, no more than the limit are answered 401 in any
+  minute; the others get 429.
+* A right secret is judged on what its own statement read, without a lock: it is refused
+  once the limit is reached, but an attempt read just before the limit-th failure committed
+  is still judged. So a burst can have its secret compared a little past the limit — as many
+  times as attempts were read while the limit was being reached — before every later one is
+  refused; a write or lock per attempt on the success path would close that, at the price of
+  the cheap success. Against 256-bit secrets it buys a guesser nothing.
 
 Failures are logged at most once a minute per client id in each process (:class:`FailureLog`;
 each line says how many it held back), and counted by reason in
@@ -33,10 +32,10 @@ from __future__ import annotations
 
 import hmac
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
@@ -52,13 +51,16 @@ from pin_sessions.identity.clients import (
 )
 from pin_sessions.identity.domain import ip_network, whole_seconds
 from pin_sessions.identity.errors import InvalidClient, TooManyClientFailures
-from pin_sessions.platform.database import Connection, Database
+from pin_sessions.platform.database import Database
 
 log = structlog.get_logger(__name__)
 
 # SPEC §11: the limit is so many failures a minute.
 FAILURE_WINDOW = timedelta(minutes=1)
 LOG_INTERVAL = timedelta(minutes=1)
+# Each process deletes rows past the window at most this often, after a failure it recorded.
+CLEANUP_INTERVAL = timedelta(minutes=1)
+CLEANUP_BATCH = 1000
 # Client ids whose last line this process remembers; past it, the longest-quiet are dropped.
 MAX_LOGGED_CLIENT_IDS = 4096
 
@@ -75,26 +77,23 @@ class FailureReason(StrEnum):
         return self.value.replace(" ", "_")
 
 
-@dataclass(frozen=True)
-class FailureEdges:
-    """For the client id and the address, when the ``limit``-th newest failure of the last
-    minute happened; None while there are fewer. That failure leaving the minute frees one."""
+def limit_edge(failed_at: list[datetime] | None, limit: int, now: datetime) -> datetime | None:
+    """The ``limit``-th newest failure of the last minute; None while there are fewer.
 
-    client: datetime | None
-    address: datetime | None
+    While there is one, the limit is reached; it leaving the minute frees a failure.
+    """
+    recent = sorted(at for at in failed_at or () if at > now - FAILURE_WINDOW)
+    return recent[-limit] if len(recent) >= limit else None
 
-    @classmethod
-    def of(cls, row: Any) -> FailureEdges:
-        return cls(row["client_edge"], row["address_edge"])
 
-    def wait(self, now: datetime) -> int | None:
-        """Whole seconds until both allow a failure again; None when both allow one now."""
-        edges = [edge for edge in (self.client, self.address) if edge is not None]
-        if not edges:
-            return None
-        # Never more than the window: another process's clock may stand a little ahead.
-        longest = max(whole_seconds(edge + FAILURE_WINDOW - now) for edge in edges)
-        return min(longest, whole_seconds(FAILURE_WINDOW))
+def wait_seconds(edges: Iterable[datetime | None], now: datetime) -> int | None:
+    """Whole seconds until every limit allows a failure again; None when all do now."""
+    reached = [edge for edge in edges if edge is not None]
+    if not reached:
+        return None
+    # Never more than the window: another process's clock may stand a little ahead.
+    longest = max(whole_seconds(edge + FAILURE_WINDOW - now) for edge in reached)
+    return min(longest, whole_seconds(FAILURE_WINDOW))
 
 
 class ClientAuthentication:
@@ -104,6 +103,8 @@ class ClientAuthentication:
         self._database = database
         self._limit = failure_limit
         self._log = FailureLog()
+        # When this process last deleted rows past the window (the injected clock's time).
+        self._cleaned_at: datetime | None = None
         self._failures = Counter(
             "identity_oauth_client_authentication_failures_total",
             "Failed client authentications at the OAuth endpoints, refusals past the limit "
@@ -122,12 +123,17 @@ class ClientAuthentication:
         InvalidClient (401) for bad credentials; TooManyClientFailures (429) past a limit.
         """
         parsed, network = parse_client_id(client_id), ip_network(client_ip)
+        client_key, address_key = _keys(parsed, network)
         async with self._database.connection() as conn:
             row = await conn.fetchrow(
-                sql.SELECT_CLIENT_CREDENTIALS, parsed, network, *self._window(now)
+                sql.SELECT_CLIENT_CREDENTIALS, parsed, client_key, address_key
             )
         assert row is not None  # one row, the client's columns null when there is none
-        wait = FailureEdges.of(row).wait(now)
+        edges = (
+            limit_edge(row["client_failures"], self._limit, now),
+            limit_edge(row["address_failures"], self._limit, now),
+        )
+        wait = wait_seconds(edges, now)
         if wait is not None:
             self._refused(parsed, now, wait)
         # Compared also when the client is unknown, so that path costs what a wrong secret does.
@@ -150,24 +156,28 @@ class ClientAuthentication:
     async def _fail(
         self, client_id: uuid.UUID | None, network: str | None, reason: FailureReason, now: datetime
     ) -> NoReturn:
-        """Record the failure (401), unless a limit is reached by now (429, not recorded)."""
-        async with self._database.transaction() as conn:
-            await _lock(conn, client_id, network)
-            row = await conn.fetchrow(
-                sql.CLIENT_AUTHENTICATION_FAILURE_EDGES, client_id, network, *self._window(now)
+        """Record the failure: 401, or 429 when a limit was reached before it."""
+        keys = [key for key in _keys(client_id, network) if key is not None]
+        async with self._database.connection() as conn:
+            rows = await conn.fetch(
+                sql.RECORD_CLIENT_AUTHENTICATION_FAILURE,
+                keys,
+                now,
+                now - FAILURE_WINDOW,
+                self._limit,
             )
-            assert row is not None  # a select without FROM has exactly one row
-            wait = FailureEdges.of(row).wait(now)
-            if wait is None:
+            if self._cleaned_at is None or abs(now - self._cleaned_at) >= CLEANUP_INTERVAL:
+                self._cleaned_at = now
                 await conn.execute(
-                    sql.INSERT_CLIENT_AUTHENTICATION_FAILURE,
-                    client_id,
-                    network,
-                    now,
+                    sql.DELETE_EXPIRED_CLIENT_AUTHENTICATION_FAILURES,
                     now - FAILURE_WINDOW,
+                    CLEANUP_BATCH,
                 )
-        if wait is not None:
-            self._refused(client_id, now, wait)
+        refused = [
+            limit_edge(row["failed_at"], self._limit, now) for row in rows if row["last_refused"]
+        ]
+        if refused:
+            self._refused(client_id, now, wait_seconds(refused, now) or 1)
         self._failures.labels(reason.label).inc()
         self._log.failed(client_id, reason, now)
         raise InvalidClient("client authentication failed")
@@ -178,23 +188,13 @@ class ClientAuthentication:
         self._log.failed(client_id, reason, now)
         raise TooManyClientFailures(wait)
 
-    def _window(self, now: datetime) -> tuple[datetime, int]:
-        """The statements' last two parameters: the window's start and the limit's OFFSET."""
-        return now - FAILURE_WINDOW, self._limit - 1
 
-
-async def _lock(conn: Connection, client_id: uuid.UUID | None, network: str | None) -> None:
-    """The client id's lock, then the address's: every failure takes them in this order."""
-    if client_id is not None:
-        await conn.execute(
-            sql.LOCK_CLIENT_AUTHENTICATION_FAILURES,
-            sql.CLIENT_AUTHENTICATION_LOCK_CLASS,
-            str(client_id),
-        )
-    if network is not None:
-        await conn.execute(
-            sql.LOCK_CLIENT_AUTHENTICATION_FAILURES, sql.CLIENT_ADDRESS_LOCK_CLASS, network
-        )
+def _keys(client_id: uuid.UUID | None, network: str | None) -> tuple[str | None, str | None]:
+    """The rows a failure counts in: its client id's, then its address's (None: not counted)."""
+    return (
+        None if client_id is None else f"client:{client_id}",
+        None if network is None else f"address:{network}",
+    )
 
 
 class FailureLog:

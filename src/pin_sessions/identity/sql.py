@@ -436,18 +436,15 @@ from identity.clients
 order by created_at, client_id
 """
 
-# The client ($1; null or unknown: no client columns) and where the failure limit stands for
-# its id and for the caller's network ($2): the `limit`-th newest failure after $3 (OFFSET
-# $4 = limit - 1), null while there are fewer. One statement, so a successful authentication
-# costs no round trip more than reading the client did.
+# The client ($1; null or unknown: no client columns) and the recent failures of its id ($2)
+# and of the caller's address ($3). One statement, so a successful authentication costs no
+# round trip more than reading the client did.
 SELECT_CLIENT_CREDENTIALS = """
 select c.client_id, c.name, c.scopes, c.status, c.created_at, c.updated_at, c.secret_hash,
     (select f.failed_at from identity.client_authentication_failures as f
-     where f.client_id = $1 and f.failed_at > $3
-     order by f.failed_at desc offset $4 limit 1) as client_edge,
+     where f.key = $2) as client_failures,
     (select f.failed_at from identity.client_authentication_failures as f
-     where f.ip_network = $2 and f.failed_at > $3
-     order by f.failed_at desc offset $4 limit 1) as address_edge
+     where f.key = $3) as address_failures
 from (select) as one
 left join identity.clients as c on c.client_id = $1
 """
@@ -477,43 +474,41 @@ select client_id from identity.clients where status = 'Disabled'
 
 # --- Client authentication failures (SPEC §11) -----------------------------------------------
 
-# A failure is counted under a lock on its client id, then on its network (always in that
-# order, so two failures never wait on each other in a cycle): each one reads the counts its
-# predecessors committed, so no more than the limit are ever answered 401.
-CLIENT_AUTHENTICATION_LOCK_CLASS = 0x4F415554  # "OAUT"
-CLIENT_ADDRESS_LOCK_CLASS = 0x4F414144  # "OAAD"
-
-LOCK_CLIENT_AUTHENTICATION_FAILURES = """
-select pg_advisory_xact_lock($1::int, hashtext($2::text))
+# One failure, for each of its keys ($1: the client id's, then the address's — always in that
+# order, so two failures never wait on each other in a cycle), at $2. On the locked row it
+# judges whether the limit ($4 failures after $3) was already reached, keeps the newest $4
+# failures of the minute, and returns the verdict with them.
+RECORD_CLIENT_AUTHENTICATION_FAILURE = """
+insert into identity.client_authentication_failures as f
+    (key, failed_at, last_failed_at, last_refused)
+select key, array[$2::timestamptz], $2, false
+from unnest($1::text[]) with ordinality as keys (key, position)
+order by position
+on conflict (key) do update set
+    last_refused = (select count(*) >= $4 from unnest(f.failed_at) as t where t > $3),
+    failed_at = array(
+        select t from (
+            select t from unnest(f.failed_at || $2::timestamptz) as t
+            where t > $3
+            order by t desc
+            limit $4
+        ) as newest
+        order by t
+    ),
+    last_failed_at = $2
+returning key, failed_at, last_refused
 """
 
-CLIENT_AUTHENTICATION_FAILURE_EDGES = """
-select
-    (select failed_at from identity.client_authentication_failures
-     where client_id = $1 and failed_at > $3
-     order by failed_at desc offset $4 limit 1) as client_edge,
-    (select failed_at from identity.client_authentication_failures
-     where ip_network = $2 and failed_at > $3
-     order by failed_at desc offset $4 limit 1) as address_edge
-"""
-
-# The failure; and of the 100 oldest rows (by id, the order they were written), those that
-# left the window ($4) are deleted on the way — rows another failure holds are skipped, not
-# waited for. Nothing else deletes them: what stays is at most the last burst of failures,
-# which the next failures clear.
-INSERT_CLIENT_AUTHENTICATION_FAILURE = """
-with expired as (
-    delete from identity.client_authentication_failures
-    where id in (
-        select id from (
-            select id, failed_at from identity.client_authentication_failures
-            order by id
-            limit 100
-            for update skip locked
-        ) as oldest
-        where failed_at <= $4
-    )
+# Rows whose last failure left the window ($1), oldest first; rows a failure holds are
+# skipped, never waited for. Its own statement: held beside an upsert, these row locks could
+# close a cycle with another failure's.
+DELETE_EXPIRED_CLIENT_AUTHENTICATION_FAILURES = """
+delete from identity.client_authentication_failures
+where key in (
+    select key from identity.client_authentication_failures
+    where last_failed_at <= $1
+    order by last_failed_at
+    limit $2
+    for update skip locked
 )
-insert into identity.client_authentication_failures (client_id, ip_network, failed_at)
-values ($1, $2, $3)
 """
