@@ -10,12 +10,13 @@ across every API process and instance. The rules:
 * An id or an address with ``PIN_OAUTH__FAILURE_LIMIT`` failures in the last minute is
   refused: 429 ``temporarily_unavailable`` with ``Retry-After`` (until the oldest of them
   leaves the minute), whatever the secret — a right one too, or a guesser would learn from
-  the answer which guess was right. Attempts refused this way count as failures too.
+  the answer which guess was right. A refused attempt writes nothing: a guesser held off
+  costs one read each.
 * Only failures write. The two rows are read by the statement that reads the client, so a
   success costs no round trip more than it did without the limit.
 * A failure is one upsert of its two rows, which judges each on the locked row: however many
   arrive at once, on however many processes, no more than the limit are answered 401 in any
-  minute; the others get 429.
+  minute; the others get 429 (and, recorded before they were judged, count on).
 * A right secret is judged on what its own statement read, without a lock: it is refused
   once the limit is reached, but an attempt read just before the limit-th failure committed
   is still judged. So a burst can have its secret compared a little past the limit — as many
