@@ -16,7 +16,7 @@ across every API process and instance. The rules:
   success costs no round trip more than it did without the limit.
 * A failure is one upsert of its two rows, which judges each on the locked row: however many
   arrive at once, on however many processes, no more than the limit are answered 401 in any
-  minute; the others get 429 (and, recorded before they were judged, count on).
+  minute; the others get 429, and count as failures like the first ones.
 * A right secret is judged on what its own statement read, without a lock: it is refused
   once the limit is reached, but an attempt read just before the limit-th failure committed
   is still judged. So a burst can have its secret compared a little past the limit — as many
