@@ -158,7 +158,12 @@ def test_a_short_secret_key_in_prod_exits_2_naming_the_variable(
             **CONFIGURED_GATEWAY,
         },
     )
-    _, err = process.communicate(timeout=30)
+    try:
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:  # it started instead of refusing: stop it, fail below
+            process.kill()
+            process.communicate()
     assert process.returncode == 2, err
     assert err.strip() == (
         "PIN_SECRET_KEY must be at least 32 bytes when PIN_ENV=prod (e.g. openssl rand -hex 32)"
