@@ -22,6 +22,7 @@ from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErasedConsumer
 from pin_sessions.identity import http as identity_http
 from pin_sessions.identity import oauth_http
+from pin_sessions.identity.client_authentication import ClientAuthentication
 from pin_sessions.identity.clients import DisabledClients, ServiceClients
 from pin_sessions.identity.codes import DEV_CODE_KEY_PURPOSE, DevCodes
 from pin_sessions.identity.domain import SignInLimits
@@ -219,6 +220,9 @@ def build_oauth_server(runtime: Runtime, key_set: KeySet) -> OAuthServer:
     return OAuthServer(
         runtime.database,
         ServiceClients(runtime.database),
+        ClientAuthentication(
+            runtime.database, runtime.settings.oauth.failure_limit, runtime.registry
+        ),
         build_token_signer(runtime),
         TokenVerifier(key_set, runtime.settings.effective_public_url),
         RefreshSessionLiveness(runtime.database),

@@ -83,6 +83,15 @@ def test_every_long_running_service_has_a_healthcheck() -> None:
     assert "/readyz" in " ".join(pin_services()[API]["healthcheck"]["test"])
 
 
+def test_the_api_serves_its_metrics_on_the_metrics_port_inside_the_network_only() -> None:
+    """SPEC §11: in prod the API port has no /metrics; the metrics port is never published."""
+    api = pin_services()[API]
+    assert api["environment"]["PIN_ENV"] == "prod"
+    metrics_port = api["environment"]["PIN_METRICS_PORT"]
+    assert metrics_port != "8000"
+    assert all(metrics_port not in str(published) for published in api["ports"])
+
+
 def test_jobs_are_given_the_time_a_graceful_stop_takes() -> None:
     for role in worker_roles():
         if role.startswith("job-"):

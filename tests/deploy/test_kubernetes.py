@@ -275,6 +275,18 @@ def test_every_worker_is_probed_on_its_metrics_port_and_stops_in_time() -> None:
         assert pod["terminationGracePeriodSeconds"] > grace, role
 
 
+def test_the_api_is_scraped_on_its_metrics_port_not_where_clients_reach_it() -> None:
+    """SPEC §11: in prod /metrics is only on PIN_METRICS_PORT, never on the API port."""
+    container = of_kind("Deployment")["pin-sessions-api"]["spec"]["template"]["spec"]
+    ports = {port["name"]: port["containerPort"] for port in container["containers"][0]["ports"]}
+    assert ports == {"http": 8000, "metrics": METRICS_PORT}
+    service = {
+        port["name"]: port for port in of_kind("Service")["pin-sessions-api"]["spec"]["ports"]
+    }
+    assert service["metrics"]["targetPort"] == "metrics"
+    assert service["http"]["targetPort"] == "http"
+
+
 def test_the_service_monitor_scrapes_every_role_under_the_job_names_the_alerts_use() -> None:
     services = of_kind("Service")
     monitor = of_kind("ServiceMonitor")["pin-sessions"]["spec"]

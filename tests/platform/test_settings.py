@@ -168,12 +168,45 @@ def test_prod_accepts_a_complete_configuration() -> None:
     assert settings.env is Environment.PROD
 
 
-def test_prod_accepts_any_non_empty_secret_and_flags_a_short_one() -> None:
-    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin", **CONFIGURED_GATEWAY}
-    short = load_settings({**environ, "PIN_SECRET_KEY": "x" * 31})
-    long_enough = load_settings({**environ, "PIN_SECRET_KEY": "x" * 32})
-    assert (short.secret_key_is_short, long_enough.secret_key_is_short) == (True, False)
+PROD = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin", **CONFIGURED_GATEWAY}
+
+
+@pytest.mark.parametrize(
+    ("secret", "name"),
+    [
+        ({"PIN_SECRET_KEY": "x" * 31}, "PIN_SECRET_KEY"),
+        ({"PIN_SECRET_KEY": "short"}, "PIN_SECRET_KEY"),
+        # Bytes, not characters: 15 two-byte characters are 30 bytes.
+        ({"PIN_SECRET_KEY": "é" * 15}, "PIN_SECRET_KEY"),
+        ({"PIN_JWT_SECRET": "o" * 31}, "PIN_JWT_SECRET"),
+    ],
+)
+def test_prod_refuses_a_secret_key_under_32_bytes_naming_its_variable(
+    secret: dict[str, str], name: str
+) -> None:
+    """SPEC §11: less than the 256 bits the derived keys carry is refused, not warned about."""
+    with pytest.raises(SettingsError) as caught:
+        load_settings({**PROD, **secret})
+    assert str(caught.value) == (
+        f"{name} must be at least 32 bytes when PIN_ENV=prod (e.g. openssl rand -hex 32)"
+    )
+
+
+def test_prod_accepts_a_secret_of_32_bytes_and_dev_only_flags_a_short_one() -> None:
+    for secret in ("x" * 32, "é" * 16):
+        assert not load_settings({**PROD, "PIN_SECRET_KEY": secret}).secret_key_is_short
+    assert load_settings({"PIN_SECRET_KEY": "x" * 31}).secret_key_is_short
     assert load_settings({}).secret_key_is_short is False
+
+
+def test_docs_are_served_outside_prod_and_in_prod_only_when_asked() -> None:
+    prod = {**PROD, "PIN_SECRET_KEY": "x" * 32}
+    assert load_settings({}).serves_docs
+    assert not load_settings(prod).serves_docs
+    assert load_settings({**prod, "PIN_HTTP__DOCS": "1"}).serves_docs
+    assert not load_settings({"PIN_HTTP__DOCS": "0"}).serves_docs
+    assert load_settings({}).serves_metrics_on_api_port
+    assert not load_settings({**prod, "PIN_HTTP__DOCS": "1"}).serves_metrics_on_api_port
 
 
 def test_the_deprecated_pin_jwt_secret_still_serves_as_the_secret_key() -> None:

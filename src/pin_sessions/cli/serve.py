@@ -9,6 +9,11 @@ With ``--workers N`` this process binds the port once and supervises N worker
 processes that each serve it as a single ``serve`` would (``platform/supervisor.py``),
 with one ``/metrics`` for them all: prometheus-client's multiprocess mode, its files in
 a directory made for this run and removed after it.
+
+Metrics are served on ``--metrics-port`` or ``PIN_METRICS_PORT`` when one is given, as by
+every role — under ``--workers N`` by this supervising process, merged — and outside prod
+also on the API port. In prod the API port never shows them (SPEC §11): without a metrics
+port the API serves no metrics at all, and says so at start.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ from typing import TYPE_CHECKING
 import structlog
 
 from pin_sessions.bootstrap import build_api, build_runtime, database_endpoint
-from pin_sessions.cli.common import EXIT_FAILURE, configure_process_logging, print_banner
+from pin_sessions.cli.common import (
+    EXIT_FAILURE,
+    add_metrics_port,
+    configure_process_logging,
+    metrics_endpoint,
+    metrics_port,
+    print_banner,
+)
 from pin_sessions.platform.metrics import merged_registry
 from pin_sessions.platform.process import install_stop_signals, run_process, run_roles
 from pin_sessions.platform.serving import ApiRole, ApiServer, bound_port, listen_socket
@@ -54,6 +66,7 @@ def add_parsers(commands: Commands) -> None:
     serve = commands.add_parser("serve", help="the HTTP API only")
     add_address_arguments(serve)
     serve.add_argument("--workers", type=int, default=1)
+    add_metrics_port(serve)
     serve.set_defaults(run=run)
 
 
@@ -103,10 +116,13 @@ def stop_grace_seconds(settings: Settings) -> float:
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     settings.check_api_can_sign_in()
+    metrics_port = api_metrics_port(settings, args)
     settings, sock = bind_api(settings, args)
     with contextlib.closing(sock), database_endpoint(settings) as dsn:
         if args.workers > 1:
-            return _serve_workers(settings, dsn, sock, args.workers, console=args.console)
+            return _serve_workers(
+                settings, dsn, sock, args.workers, metrics_port, console=args.console
+            )
         with process_tracing("api", os.environ):
             runtime = build_runtime(settings, dsn)
             role = api_role(
@@ -118,21 +134,33 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
                     else None
                 ),
             )
-            run_process(serve_api(role, settings))
+            with metrics_endpoint(metrics_port, runtime.registry):
+                run_process(serve_api(role, settings))
     return 0
+
+
+def api_metrics_port(settings: Settings, args: argparse.Namespace) -> int | None:
+    """The API's metrics port; in prod, where the API port shows none, a missing one is said."""
+    port = metrics_port(settings, args)
+    if port is None and not settings.serves_metrics_on_api_port:
+        log.warning(
+            "no metrics are served: PIN_METRICS_PORT is unset, and in prod the API port "
+            "has no /metrics"
+        )
+    return port
 
 
 def api_urls(settings: Settings) -> dict[str, str]:
     """Every page a newcomer may open, in the order they will want them, on the address the
     API listens on (``settings`` as :func:`bind_api` returned them)."""
     base = listening_url(settings.http.host, settings.http.port)
-    return {
-        "API": base,
-        "Docs": f"{base}/docs",
-        "Demo": f"{base}/demo",
-        "Dashboard": f"{base}/dev-stats",
-        "Metrics": f"{base}/metrics",
-    }
+    urls = {"API": base}
+    if settings.serves_docs:
+        urls["Docs"] = f"{base}/docs"
+    urls |= {"Demo": f"{base}/demo", "Dashboard": f"{base}/dev-stats"}
+    if settings.serves_metrics_on_api_port:
+        urls["Metrics"] = f"{base}/metrics"
+    return urls
 
 
 async def serve_api(role: ApiRole, settings: Settings) -> None:
@@ -142,7 +170,13 @@ async def serve_api(role: ApiRole, settings: Settings) -> None:
 
 
 def _serve_workers(
-    settings: Settings, dsn: str, sock: socket.socket, workers: int, *, console: bool
+    settings: Settings,
+    dsn: str,
+    sock: socket.socket,
+    workers: int,
+    metrics_port: int | None,
+    *,
+    console: bool,
 ) -> int:
     metrics_dir = tempfile.mkdtemp(prefix="pin-sessions-metrics-")
     os.environ[MULTIPROC_DIR_VARIABLE] = metrics_dir
@@ -152,12 +186,14 @@ def _serve_workers(
     if console:
         print_banner(f"PIN Sessions API ({workers} workers)", urls)
     try:
-        Supervisor(
-            _ApiWorker(dsn, settings.http.host),
-            sock,
-            workers,
-            stop_grace_seconds=stop_grace_seconds(settings),
-        ).run()
+        # Every worker's samples, merged from their files at each scrape.
+        with metrics_endpoint(metrics_port, merged_registry(metrics_dir)):
+            Supervisor(
+                _ApiWorker(dsn, settings.http.host),
+                sock,
+                workers,
+                stop_grace_seconds=stop_grace_seconds(settings),
+            ).run()
     except WorkerFailedToStart as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE

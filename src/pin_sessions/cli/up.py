@@ -1,8 +1,10 @@
 """``pin-sessions up [--host] [--port]``: everything on one machine.
 
 The database (embedded unless ``PIN_DATABASE_URL`` names one), its migrations, the API and
-every worker run as roles of this one process. The API's address is chosen as for ``serve``
-(``--host``/``--port``, else ``PIN_HTTP__HOST``/``__PORT``), once the data directory is ours.
+every worker run as roles of this one process, sharing one metrics registry: on the API's
+``/metrics`` outside prod, and on ``--metrics-port`` / ``PIN_METRICS_PORT`` when given. The
+API's address is chosen as for ``serve`` (``--host``/``--port``, else
+``PIN_HTTP__HOST``/``__PORT``), once the data directory is ours.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from pin_sessions.bootstrap import (
     open_database_endpoint,
     worker_database,
 )
-from pin_sessions.cli.common import print_banner
+from pin_sessions.cli.common import add_metrics_port, metrics_endpoint, print_banner
 from pin_sessions.cli.serve import (
     add_address_arguments,
+    api_metrics_port,
     api_role,
     api_urls,
     bind_api,
@@ -56,13 +59,15 @@ UP_POOL_SHARE = 2
 def add_parsers(commands: Commands) -> None:
     up = commands.add_parser("up", help="everything on one machine: database, migrations, API")
     add_address_arguments(up)
+    add_metrics_port(up)
     up.set_defaults(run=run)
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     settings.check_api_can_sign_in()
+    metrics_port = api_metrics_port(settings, args)
     with process_tracing("up", os.environ):
-        return _up(with_up_defaults(settings), args, banner=args.console)
+        return _up(with_up_defaults(settings), args, metrics_port, banner=args.console)
 
 
 def with_up_defaults(settings: Settings) -> Settings:
@@ -75,7 +80,9 @@ def with_up_defaults(settings: Settings) -> Settings:
     return settings.model_copy(update={"dev_codes": True})
 
 
-def _up(settings: Settings, args: argparse.Namespace, *, banner: bool) -> int:
+def _up(
+    settings: Settings, args: argparse.Namespace, metrics_port: int | None, *, banner: bool
+) -> int:
     with contextlib.ExitStack() as owned:
         # The data directory first: a second `up` on it is refused for that, whatever its port.
         owned.enter_context(DataDirLock(settings.data_dir))
@@ -96,7 +103,8 @@ def _up(settings: Settings, args: argparse.Namespace, *, banner: bool) -> int:
         # `up` owns an embedded server: when it dies, the watch starts it again or, failing
         # that, raises DatabaseLost, which stops every role and exits 1.
         watch = [] if endpoint.embedded is None else [PostmasterWatch(endpoint.embedded)]
-        run_process(_run_up(runtime, api_runtime, sock, watch, banner=banner))
+        with metrics_endpoint(metrics_port, runtime.registry):
+            run_process(_run_up(runtime, api_runtime, sock, watch, banner=banner))
     log.info("stopped")
     return 0
 

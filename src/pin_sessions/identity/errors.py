@@ -30,7 +30,8 @@ The OAuth endpoints answer in RFC 6749 §5.2's format instead, which OAuth clien
     ├── InvalidRequest        400 invalid_request
     ├── InvalidClient         401 invalid_client (with WWW-Authenticate)
     ├── InvalidScope          400 invalid_scope
-    └── UnsupportedGrantType  400 unsupported_grant_type
+    ├── UnsupportedGrantType  400 unsupported_grant_type
+    └── TooManyClientFailures 429 temporarily_unavailable (with Retry-After)
 """
 
 from __future__ import annotations
@@ -170,6 +171,22 @@ class InvalidScope(OAuthError):
 
 class UnsupportedGrantType(OAuthError):
     error = "unsupported_grant_type"
+
+
+class TooManyClientFailures(OAuthError):
+    """SPEC §11: too many failed client authentications for this client id or address.
+
+    RFC 6749 has no error for a rate limit; ``temporarily_unavailable`` (its §4.1.2.1) says
+    "ask again later", which is what ``Retry-After`` says too. ``invalid_client`` would be
+    false: the credentials were not judged, and a right secret is refused alike.
+    """
+
+    error = "temporarily_unavailable"
+    status = 429
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"too many failed client authentications; retry in {retry_after} s")
+        self.retry_after = retry_after
 
 
 class UserErased(IdentityError):

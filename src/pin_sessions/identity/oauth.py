@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pin_sessions.identity.client_authentication import ClientAuthentication
 from pin_sessions.identity.clients import Client, ServiceClients, granted_scopes
 from pin_sessions.identity.liveness import RefreshSessionLiveness
 from pin_sessions.identity.signing import TokenSigner
@@ -52,12 +53,14 @@ class OAuthServer:
         self,
         database: Database,
         clients: ServiceClients,
+        authentication: ClientAuthentication,
         signer: TokenSigner,
         verifier: TokenVerifier,
         liveness: RefreshSessionLiveness,
     ) -> None:
         self._database = database
         self.clients = clients
+        self.authentication = authentication
         self._signer = signer
         self._verifier = verifier
         self._liveness = liveness

@@ -482,8 +482,22 @@ from identity.clients
 order by created_at, client_id
 """
 
+# The client ($1; null or unknown: no client columns) and the recent failures of its id ($2)
+# and of the caller's address ($3). One statement, so a successful authentication costs no
+# round trip more than reading the client did.
 SELECT_CLIENT_CREDENTIALS = """
-select client_id, name, scopes, status, created_at, updated_at, secret_hash
+select c.client_id, c.name, c.scopes, c.status, c.created_at, c.updated_at, c.secret_hash,
+    (select f.failed_at from identity.client_authentication_failures as f
+     where f.key = $2) as client_failures,
+    (select f.failed_at from identity.client_authentication_failures as f
+     where f.key = $3) as address_failures
+from (select) as one
+left join identity.clients as c on c.client_id = $1
+"""
+
+# An operator's lookup by id (``token m2m``): no credentials are judged, so no failure counts.
+SELECT_CLIENT = """
+select client_id, name, scopes, status, created_at, updated_at
 from identity.clients
 where client_id = $1
 """
@@ -515,4 +529,46 @@ select status from identity.clients where client_id = $1
 
 SELECT_DISABLED_CLIENT_IDS = """
 select client_id from identity.clients where status = 'Disabled'
+"""
+
+
+# --- Client authentication failures (SPEC §11) -----------------------------------------------
+
+# One failure, for each of its keys ($1: the client id's, then the address's — always in that
+# order, so two failures never wait on each other in a cycle), at $2. On the locked row it
+# judges whether the limit ($4 failures after $3) was already reached, keeps the newest $4
+# failures of the minute, and returns the verdict with them.
+RECORD_CLIENT_AUTHENTICATION_FAILURE = """
+insert into identity.client_authentication_failures as f
+    (key, failed_at, last_failed_at, last_refused)
+select key, array[$2::timestamptz], $2, false
+from unnest($1::text[]) with ordinality as keys (key, position)
+order by position
+on conflict (key) do update set
+    last_refused = (select count(*) >= $4 from unnest(f.failed_at) as t where t > $3),
+    failed_at = array(
+        select t from (
+            select t from unnest(f.failed_at || $2::timestamptz) as t
+            where t > $3
+            order by t desc
+            limit $4
+        ) as newest
+        order by t
+    ),
+    last_failed_at = $2
+returning key, failed_at, last_refused
+"""
+
+# Rows whose last failure left the window ($1), oldest first; rows a failure holds are
+# skipped, never waited for. Its own statement: held beside an upsert, these row locks could
+# close a cycle with another failure's.
+DELETE_EXPIRED_CLIENT_AUTHENTICATION_FAILURES = """
+delete from identity.client_authentication_failures
+where key in (
+    select key from identity.client_authentication_failures
+    where last_failed_at <= $1
+    order by last_failed_at
+    limit $2
+    for update skip locked
+)
 """

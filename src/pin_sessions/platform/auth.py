@@ -21,10 +21,10 @@ from datetime import datetime
 from typing import Protocol
 
 from fastapi import Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.errors import Forbidden, Unauthorized
+from pin_sessions.platform.http.headers import OWS, single_header
 from pin_sessions.platform.tokens import (
     InvalidToken,
     MachinePrincipal,
@@ -109,7 +109,24 @@ def _as_user(principal: Principal | None) -> UserPrincipal | None:
     raise UserTokenRequired("an m2m token cannot act as a user")
 
 
-_bearer = HTTPBearer(auto_error=False, description="Access token (users) or m2m token (services)")
+AUTHORIZATION_HEADER = "Authorization"
+
+
+def bearer_token(request: Request) -> str | None:
+    """The token of ``Authorization: Bearer <token>``; None when no credentials are given.
+
+    The header is read once (a second one is a 400 ``DUPLICATE_HEADER``); an empty one is
+    no credentials at all. The scheme is case-insensitive (RFC 9110 §11.1); anything but a
+    Bearer token is an invalid token.
+    """
+    header = single_header(request, AUTHORIZATION_HEADER)
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    token = token.strip(OWS)
+    if scheme.lower() != "bearer" or not token:
+        raise InvalidToken("the Authorization header must be 'Bearer <token>'")
+    return token
 
 
 class Authenticator:
@@ -133,12 +150,10 @@ class Authenticator:
 
     async def _claimed(self, request: Request, now: datetime) -> Principal | None:
         """Whom the token names, judged by the token alone (format, signature, expiry)."""
-        if not request.headers.get("authorization"):
+        token = bearer_token(request)
+        if token is None:
             return None  # a guest: most requests, the heartbeat's above all
-        credentials: HTTPAuthorizationCredentials | None = await _bearer(request)
-        if credentials is None:
-            raise InvalidToken("the Authorization header must be 'Bearer <token>'")
-        return (await self._verifier.verify(credentials.credentials, now=now)).principal
+        return (await self._verifier.verify(token, now=now)).principal
 
     async def _principal(self, request: Request) -> Principal | None:
         now = self._clock.now()

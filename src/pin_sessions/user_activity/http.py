@@ -295,7 +295,7 @@ async def own_history(
 @router.get(
     "/sessions/open-count",
     response_model=OpenSessions,
-    responses=problems(401, 403, 503),
+    responses=problems(400, 401, 403, 503),
     dependencies=[permission_required(DEV_STATS_VIEW)],
 )
 async def open_sessions(db: DatabaseDep, now: Now) -> OpenSessions:
@@ -444,7 +444,7 @@ async def _activity_data(request: Request) -> ActivityData:
             "description": "Every session, view and action of the caller (SPEC §10), streamed",
             "content": {"application/json": {"schema": {"type": "object"}}},
         },
-        **problems(401, 404, 503),
+        **problems(400, 401, 404, 503),
     },
 )
 async def export_me(

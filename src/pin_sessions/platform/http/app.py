@@ -15,7 +15,7 @@ from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.docs import install_offline_docs
 from pin_sessions.platform.http.fast_path import FastPath, ServiceApp
 from pin_sessions.platform.http.head import HeadAsGet
-from pin_sessions.platform.http.health import Readiness
+from pin_sessions.platform.http.health import Readiness, metrics_router
 from pin_sessions.platform.http.health import router as health_router
 from pin_sessions.platform.http.middleware import QUIET_PATHS, RequestContextMiddleware
 from pin_sessions.platform.http.openapi import install_problem_schema
@@ -23,6 +23,7 @@ from pin_sessions.platform.http.problems import install_problem_handlers
 from pin_sessions.platform.metrics import HttpMetrics
 from pin_sessions.platform.runtime import Runtime
 
+OPENAPI_PATH = "/openapi.json"
 # A middleware class and its options, as ``add_middleware`` takes them.
 Layer = tuple[Callable[..., ASGIApp], dict[str, Any]]
 
@@ -64,11 +65,13 @@ def create_http_app(
                 await runtime.database.close()
 
     quiet = QUIET_PATHS | frozenset(quiet_paths)
+    settings = runtime.settings
     app = ServiceApp(
         title="PIN Sessions",
         version="1",
         lifespan=lifespan,
-        openapi_url="/openapi.json",
+        # SPEC §11: in prod the API's map only when PIN_HTTP__DOCS=1 says so.
+        openapi_url=OPENAPI_PATH if settings.serves_docs else None,
         docs_url=None,  # install_offline_docs: FastAPI's page would fetch Swagger UI from a CDN
         redoc_url=None,
         # FastAPI's own OpenTelemetry: request spans, but neither its metrics nor its logs
@@ -88,8 +91,11 @@ def create_http_app(
         setattr(app.state, name, value)
     install_problem_handlers(app)
     install_problem_schema(app)
-    install_offline_docs(app, openapi_url="/openapi.json")
+    if settings.serves_docs:
+        install_offline_docs(app, openapi_url=OPENAPI_PATH)
     app.include_router(health_router)
+    if settings.serves_metrics_on_api_port:
+        app.include_router(metrics_router)
     for router in routers:
         app.include_router(router)
     # The middleware added last runs first: the request layers, then HEAD as GET. The
