@@ -29,8 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import yaml
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # exported without __all__
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
+    ResourcePatternType,
+    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -272,6 +278,14 @@ class KafkaCluster:
             future.result(timeout=30)
         return principal
 
+    def grant(self, bindings: list[AclBinding]) -> None:
+        """Create ACLs through the admin API (as the plain-text super user)."""
+        if not bindings:
+            return
+        admin = self.admin()
+        for future in admin.create_acls(bindings).values():
+            future.result(timeout=30)
+
     # -- configuration -----------------------------------------------------------------------
 
     def _format(self, node: KafkaNode) -> subprocess.Popen[bytes]:
@@ -382,3 +396,36 @@ def _die_with_parent() -> None:
     """In the child, between fork and exec: SIGKILL it when its parent goes."""
     pr_set_pdeathsig = 1
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+# Strimzi's names for what the admin API calls resource types and operations.
+_STRIMZI_RESOURCES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}
+_STRIMZI_PATTERNS = {"literal": ResourcePatternType.LITERAL, "prefix": ResourcePatternType.PREFIXED}
+
+
+def strimzi_acls(manifest: Path) -> dict[str, list[AclBinding]]:
+    """The ACLs of every ``KafkaUser`` in ``manifest``, by user name, as admin API bindings:
+    what Strimzi's User Operator would create for them."""
+    users: dict[str, list[AclBinding]] = {}
+    for item in yaml.safe_load_all(manifest.read_text(encoding="utf-8")):
+        if not item or item["kind"] != "KafkaUser":
+            continue
+        username = item["metadata"]["name"]
+        users[username] = [
+            AclBinding(
+                _STRIMZI_RESOURCES[acl["resource"]["type"]],
+                acl["resource"]["name"],
+                _STRIMZI_PATTERNS[acl["resource"]["patternType"]],
+                f"User:{username}",
+                acl.get("host", "*"),
+                AclOperation[_upper_snake(operation)],
+                AclPermissionType.ALLOW,
+            )
+            for acl in item["spec"]["authorization"]["acls"]
+            for operation in acl["operations"]
+        ]
+    return users
+
+
+def _upper_snake(operation: str) -> str:
+    return "".join(f"_{c}" if c.isupper() and i else c for i, c in enumerate(operation)).upper()

@@ -490,10 +490,13 @@ def kafka_outage(topology: Topology) -> dict[str, Any]:
     admin = broker.admin()
     [config] = admin.describe_configs([ConfigResource("topic", SESSION_ENDED)]).values()
     topic = broker.admin().list_topics(SESSION_ENDED, timeout=10).topics[SESSION_ENDED]
+    replicas = {len(partition.replicas) for partition in topic.partitions.values()}
+    min_insync = int(config.result(timeout=30)["min.insync.replicas"].value)
+    assert (replicas, min_insync) == ({3}, 2), "made with PIN_KAFKA__REPLICATION_FACTOR=3"
     return {
         "brokersKilled": topology.broker_kills,
-        "replicationFactor": len(topic.partitions[0].replicas),
-        "minInsyncReplicas": int(config.result(timeout=30)["min.insync.replicas"].value),
+        "replicationFactor": 3,
+        "minInsyncReplicas": min_insync,
         "publishFailed": failed,
         "relayFailedPasses": sum(events.count("pass failed, retrying") for events in relay_logs),
         "consumerClientErrors": sum(events.count("kafka client error") for events in consumer_logs),
