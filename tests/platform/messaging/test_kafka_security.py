@@ -26,14 +26,19 @@ from confluent_kafka.cimpl import NewTopic
 
 from pin_sessions.bootstrap import PUBLISHED_TOPICS
 from pin_sessions.cli.messaging import ACCESS_CHECK_SECONDS
+from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.identity.events import SESSION_REVOKED_TOPIC, SIGN_INS_TOPIC
 from pin_sessions.platform.messaging.kafka import (
     ClientOptionsRejected,
+    KafkaConsumer,
     admin_config,
     check_client_options,
     consumer_config,
     producer_config,
 )
+from pin_sessions.platform.messaging.kafka_admin import KafkaAccessRefused
+from pin_sessions.platform.messaging.metrics import MessagingMetrics
+from pin_sessions.platform.messaging.runner import ConsumerRunner
 from pin_sessions.platform.outbox import append
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import SettingsError, load_settings
@@ -381,3 +386,22 @@ def test_a_replication_factor_the_brokers_cannot_meet_stops_the_relay_naming_it(
     status, lines, _ = _refused_at_start("relay", env=env)
     assert status == 1 and len(lines) == 1, lines
     assert lines[0].startswith("PIN_KAFKA__REPLICATION_FACTOR=3 is refused for "), lines
+
+
+async def test_a_refusal_met_after_the_start_stops_the_consumer_instead_of_a_retry_loop(
+    secure_kafka: KafkaCluster, principals: dict[str, Principal], runtime: Runtime
+) -> None:
+    """The password rotated under a running role (or the broker came after the start's
+    check): librdkafka would retry for ever; the role stops with the same one line."""
+    wrong = Principal(DEV_STATS_USER, principals[DEV_STATS_USER].password + "x")
+    settings = load_settings({"PIN_SECRET_KEY": TEST_SECRET_KEY} | secure_kafka.secure_env(wrong))
+    metrics = MessagingMetrics.register(runtime.registry)
+    runner = ConsumerRunner(SessionEndedConsumer(), runtime.database, runtime.clock, metrics)
+    consumer = KafkaConsumer(
+        runner,
+        secure_kafka.secure_bootstrap,
+        metrics,
+        options=settings.kafka.librdkafka_options(),
+    )
+    with pytest.raises(KafkaAccessRefused, match=r"^PIN_KAFKA__SASL_PASSWORD is refused"):
+        await asyncio.wait_for(consumer.run(asyncio.Event()), timeout=90)

@@ -114,7 +114,7 @@ class KafkaConsumer:
             ),
             "error_cb": self._errors,
         }
-        self._admin = AdminClient(admin_config(bootstrap_servers, options))
+        self._admin = AdminClient(admin_config(bootstrap_servers, options), error_cb=self._errors)
         self._topic_policy = topic_policy or TopicPolicy()
         self._metrics = metrics
         self._batch_size = batch_size
@@ -135,6 +135,8 @@ class KafkaConsumer:
                 raise
             except Exception as exc:
                 log.warning("consumer pass failed, reconnecting", error=str(exc), retryIn=backoff)
+                self._admin.poll(0)  # serves error_cb: a refusal stops the role, not a retry
+                self._errors.raise_if_refused()
             finally:
                 await asyncio.to_thread(client.close)
             await wait_or_stop(stop, backoff)

@@ -110,7 +110,9 @@ class OutboxRelay:
             ),
             "error_cb": self._errors,
         }
-        self._admin = AdminClient(admin_config(bootstrap_servers, self._options))
+        self._admin = AdminClient(
+            admin_config(bootstrap_servers, self._options), error_cb=self._errors
+        )
         self._topic_policy = topic_policy or TopicPolicy()
         self._producer: Producer | None = None
         self._known_topics: set[str] = set()
@@ -164,9 +166,13 @@ class OutboxRelay:
         """Send and wait for every report: (acknowledged positions, failures, last error)."""
         new_topics = {message.topic for _, message in messages} - self._known_topics
         if new_topics:
-            not_allowed = await asyncio.to_thread(
-                ensure_topics, self._admin, new_topics, self._topic_policy
-            )
+            try:
+                not_allowed = await asyncio.to_thread(
+                    ensure_topics, self._admin, new_topics, self._topic_policy
+                )
+            finally:
+                self._admin.poll(0)  # serves error_cb: a refusal stops the role, not a retry
+                self._errors.raise_if_refused()
             if not_allowed:
                 raise missing_topic_refusal(not_allowed, self._options)
             self._known_topics |= new_topics
