@@ -155,6 +155,24 @@ async def _sustained(database: Database, rate: float, duration: float) -> dict[s
     }
 
 
+def _machine_cpu() -> list[int]:
+    """The machine's CPU time so far by kind (/proc/stat's first line: user nice system idle
+    iowait irq softirq steal), as bench/heartbeat.py reads it."""
+    with open("/proc/stat") as stat:
+        return [int(ticks) for ticks in stat.readline().split()[1:9]]
+
+
+def _cpu_shares(before: list[int], after: list[int]) -> dict[str, float]:
+    """How the cores' time went between two readings: busy, idle, or stolen by the host."""
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    total = max(sum(spent), 1)
+    return {
+        "busy": round((spent[0] + spent[1] + spent[2] + spent[5] + spent[6]) / total, 3),
+        "idle": round((spent[3] + spent[4]) / total, 3),
+        "steal": round(spent[7] / total, 3),
+    }
+
+
 def _cpu_seconds(processes: list[psutil.Process]) -> float:
     total = 0.0
     for process in processes:
@@ -183,6 +201,7 @@ async def _bus_run(bus: str, dsn: str, broker: KafkaCluster, args: argparse.Name
         await _write(database, args.backlog)  # the drain's backlog, before any role runs
         sides = _sides(broker, args.pgdata)
         cpu_before = {side: _cpu_seconds(processes) for side, processes in sides.items()}
+        cores_before = _machine_cpu()
         began = time.monotonic()
         tasks = [asyncio.create_task(role.run(stop)) for role in _roles(bus, database, broker)]
         await _wait_for(database, args.backlog, within=600)
@@ -199,8 +218,11 @@ async def _bus_run(bus: str, dsn: str, broker: KafkaCluster, args: argparse.Name
         }
         async with database.connection() as conn:
             await conn.execute("truncate dev_stats.session_facts")
+        drain["cores"] = _cpu_shares(cores_before, _machine_cpu())
         await _warm_up(database)
+        cores_before = _machine_cpu()
         sustained = await _sustained(database, args.rate, args.duration)
+        sustained["cores"] = _cpu_shares(cores_before, _machine_cpu())
         return {"sustained": sustained, "drain": drain}
     finally:
         stop.set()

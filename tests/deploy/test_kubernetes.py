@@ -5,6 +5,7 @@ objects wired to the same names the alerts read."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -451,3 +452,19 @@ def test_each_kafka_role_is_a_user_of_its_own_allowed_only_its_topics() -> None:
 
 def kafka_consumers() -> list[str]:
     return [f"consume-{name}" for name in CONSUMERS]
+
+
+def test_the_operators_kafka_acls_grant_what_the_manifest_grants() -> None:
+    """docs/operations.md's `kafka-acls` commands, for a Kafka without Strimzi, stay true."""
+    text = (PROJECT_ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    block = text[text.index("KAFKA=kafka-1.internal:9093") :]
+    block = block[: block.index("```")]
+    consumers = set(re.findall(r"^(pin-sessions-consume-\S+) (\S+) (\S+)$", block, re.M))
+    relay = re.search(r"for topic in \\\n(.*?); do", block, re.S)
+
+    assert consumers == {
+        (f"pin-sessions-consume-{name}", build(new_registry()).topic, name)
+        for name, build in CONSUMERS.items()
+    }
+    assert relay is not None
+    assert relay.group(1).replace("\\", " ").split() == list(PUBLISHED_TOPICS)
