@@ -7,8 +7,8 @@ git). The folder is complete only once ``complete`` exists in it, so a fetch cut
 made again; a file lock lets two test processes starting at once fetch it once. After the
 first fetch nothing reaches the network: the jars are read from the folder.
 
-``python -m tests.support.kafka_dist`` fetches (``make test`` does it before pytest) and
-prints the folder.
+``python -m tests.support.kafka_dist`` fetches (``make test`` does it before pytest), prints
+the folder, and makes the class archive the nodes start with.
 """
 
 from __future__ import annotations
@@ -93,6 +93,11 @@ def _fetch(folder: Path) -> None:
 if __name__ == "__main__":
     try:
         print(distribution())
+        # The class archive a broker's start maps (tests/support/kafka.py), made here once
+        # too, so the first test process does not make it while the other waits.
+        from tests.support.kafka import class_archive
+
+        class_archive()
     except KafkaUnavailable as exc:
         print(f"kafka_dist: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
