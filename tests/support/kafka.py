@@ -30,20 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-import yaml
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # exported without __all__
     AclBinding,
-    AclOperation,
-    AclPermissionType,
     AdminClient,
-    ResourcePatternType,
-    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
 
 from tests.support import kafka_dist
+from tests.support.kafka_config import SCRAM, node_properties
 from tests.support.processes import free_port
 from tests.support.tls import Authority
 from tests.support.waiting import wait_until_sync
@@ -60,7 +56,6 @@ TEST_JVM_OPTIONS = (
 )
 # The benches measure the broker working, not starting: both JIT tiers, the default GC.
 BENCH_JVM_OPTIONS = ("-Xms512m", "-Xmx512m", "-XX:-UsePerfData", "-Djava.awt.headless=true")
-SCRAM = "SCRAM-SHA-512"
 START_TIMEOUT = 120.0
 
 
@@ -199,11 +194,14 @@ class KafkaCluster:
         self.jvm_options = (*self.jvm_options, *shared)
         if self.authority is not None:
             self.authority.write_ca(self.ca_location)
+        voters = {node.node_id: node.controller_port for node in self.nodes}
         for node in self.nodes:
             node.directory.mkdir(parents=True)
             if self.authority is not None:
                 self.authority.issue_server_pem(node.directory / "server.pem")
-            (node.directory / "server.properties").write_text(self._properties(node))
+            (node.directory / "server.properties").write_text(
+                node_properties(node, voters, secure=self.secure, extra=self.extra_properties)
+            )
         # `kafka-storage format`, every node at once: each is a JVM start of its own.
         formats = [self._format(node, shared) for node in self.nodes]
         for node, process in zip(self.nodes, formats, strict=True):
@@ -261,7 +259,11 @@ class KafkaCluster:
 
     def processes(self) -> list[psutil.Process]:
         """The nodes' OS processes, for whoever accounts their CPU (the pipeline bench)."""
-        return [psutil.Process(node.process.pid) for node in self.nodes if node.alive()]  # type: ignore[union-attr]
+        return [
+            psutil.Process(node.process.pid)
+            for node in self.nodes
+            if node.process is not None and node.process.poll() is None
+        ]
 
     def stop(self) -> None:
         """SIGKILL every node and remove the data: nothing of a test broker is worth keeping."""
@@ -317,65 +319,6 @@ class KafkaCluster:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-
-    def _properties(self, node: KafkaNode) -> str:
-        replicas = self.replication_factor
-        listeners = {"PLAINTEXT": node.port, "CONTROLLER": node.controller_port}
-        if self.secure:
-            listeners["SASL_SSL"] = node.secure_port
-        properties = {
-            "process.roles": "broker,controller",
-            "node.id": str(node.node_id),
-            "controller.quorum.voters": ",".join(
-                f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes
-            ),
-            "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items()),
-            "advertised.listeners": ",".join(
-                f"{name}://127.0.0.1:{port}"
-                for name, port in listeners.items()
-                if name != "CONTROLLER"
-            ),
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": ",".join(
-                f"{name}:{name}" for name in listeners
-            ).replace("CONTROLLER:CONTROLLER", "CONTROLLER:PLAINTEXT"),
-            "log.dirs": str(node.directory / "data"),
-            # Topics are the relay's to create, with the settings' replication (SPEC §11).
-            "auto.create.topics.enable": "false",
-            "num.partitions": "6",
-            "default.replication.factor": str(replicas),
-            "offsets.topic.replication.factor": str(replicas),
-            "offsets.topic.num.partitions": "6",
-            "transaction.state.log.replication.factor": str(replicas),
-            "transaction.state.log.min.isr": str(max(replicas - 1, 1)),
-            "transaction.state.log.num.partitions": "6",
-            "share.coordinator.state.topic.replication.factor": str(replicas),
-            "share.coordinator.state.topic.min.isr": str(max(replicas - 1, 1)),
-            "group.initial.rebalance.delay.ms": "0",
-            # A killed broker is fenced, and its partitions led elsewhere, within seconds.
-            "broker.heartbeat.interval.ms": "1000",
-            "broker.session.timeout.ms": "6000",
-            # Few threads: a test broker serves a handful of clients on a shared machine.
-            "num.network.threads": "2",
-            "num.io.threads": "2",
-            "background.threads": "2",
-            "log.cleaner.threads": "1",
-        }
-        if self.secure:
-            properties |= {
-                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                "super.users": "User:ANONYMOUS",
-                "allow.everyone.if.no.acl.found": "false",
-                "listener.name.sasl_ssl.sasl.enabled.mechanisms": SCRAM,
-                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
-                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-                ),
-                "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
-                "listener.name.sasl_ssl.ssl.keystore.location": str(node.directory / "server.pem"),
-            }
-        properties |= self.extra_properties
-        return "".join(f"{key}={value}\n" for key, value in properties.items())
 
 
 def class_archive() -> Path | None:
@@ -439,36 +382,3 @@ def _die_with_parent() -> None:
     """In the child, between fork and exec: SIGKILL it when its parent goes."""
     pr_set_pdeathsig = 1
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-
-# Strimzi's names for what the admin API calls resource types and operations.
-_STRIMZI_RESOURCES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}
-_STRIMZI_PATTERNS = {"literal": ResourcePatternType.LITERAL, "prefix": ResourcePatternType.PREFIXED}
-
-
-def strimzi_acls(manifest: Path) -> dict[str, list[AclBinding]]:
-    """The ACLs of every ``KafkaUser`` in ``manifest``, by user name, as admin API bindings:
-    what Strimzi's User Operator would create for them."""
-    users: dict[str, list[AclBinding]] = {}
-    for item in yaml.safe_load_all(manifest.read_text(encoding="utf-8")):
-        if not item or item["kind"] != "KafkaUser":
-            continue
-        username = item["metadata"]["name"]
-        users[username] = [
-            AclBinding(
-                _STRIMZI_RESOURCES[acl["resource"]["type"]],
-                acl["resource"]["name"],
-                _STRIMZI_PATTERNS[acl["resource"]["patternType"]],
-                f"User:{username}",
-                acl.get("host", "*"),
-                AclOperation[_upper_snake(operation)],
-                AclPermissionType.ALLOW,
-            )
-            for acl in item["spec"]["authorization"]["acls"]
-            for operation in acl["operations"]
-        ]
-    return users
-
-
-def _upper_snake(operation: str) -> str:
-    return "".join(f"_{c}" if c.isupper() and i else c for i, c in enumerate(operation)).upper()

@@ -45,7 +45,8 @@ from pin_sessions.settings import SettingsError, load_settings
 from pin_sessions.user_activity.events import SESSION_ENDED_TOPIC
 from tests.conftest import TEST_SECRET_KEY
 from tests.platform.messaging.pipeline import session_ended
-from tests.support.kafka import KafkaCluster, Principal, strimzi_acls
+from tests.support.kafka import KafkaCluster, Principal
+from tests.support.kafka_config import strimzi_acls
 from tests.support.processes import PROJECT_ROOT, pin_sessions
 from tests.support.tls import Authority
 from tests.support.waiting import wait_until, wait_until_sync
