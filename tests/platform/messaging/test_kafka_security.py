@@ -295,7 +295,11 @@ def test_a_consumers_credentials_neither_write_nor_read_another_topic(
 def _refused_at_start(*args: str, env: dict[str, str]) -> tuple[int, list[str], float]:
     began = time.monotonic()
     process = pin_sessions(*args, env=env)
-    _, err = process.communicate(timeout=90)
+    try:
+        _, err = process.communicate(timeout=90)
+    finally:
+        process.kill()  # a role that did not stop is a failure, and must not outlive it
+        process.wait()
     return process.returncode, err.strip().splitlines(), time.monotonic() - began
 
 
