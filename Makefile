@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# `make up PORT=8080` (and `HOST=0.0.0.0`) set PIN_HTTP__PORT (PIN_HTTP__HOST) for `up`; unset,
+# the environment's, else 127.0.0.1:8000.
 up: $(RUNTIME_STAMP)
-	$(BIN)/pin-sessions up
+	$(if $(HOST),PIN_HTTP__HOST=$(HOST) )$(if $(PORT),PIN_HTTP__PORT=$(PORT) )$(BIN)/pin-sessions up
 
 # The tracker's build tools (esbuild, tsc), pinned by clients/js/package-lock.json; the tests
 # build it and check the copies the service serves.

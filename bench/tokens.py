@@ -84,13 +84,13 @@ async def verification(dsn: str, env: dict[str, str], args: argparse.Namespace) 
     try:
         async with database.connection() as conn:
             signed = await build_token_signer(runtime).access_token(
-                conn, uuid.uuid4(), uuid.uuid4(), now=NOW
+                conn, uuid.uuid4(), uuid.uuid4(), now=NOW, auth_time=NOW
             )
         es256 = signed.token
         claims = jwt.decode(es256, options={"verify_signature": False})
         hs256 = jwt.encode(claims, HS256_SECRET, algorithm="HS256")
         verifier = TokenVerifier(
-            KeySet(PublishedKeys(database), CollectorRegistry()), settings.public_url
+            KeySet(PublishedKeys(database), CollectorRegistry()), settings.effective_public_url
         )
         await verifier.verify(es256, now=NOW)  # the key set is read once, here
 

@@ -224,3 +224,63 @@ async def test_the_development_routes_are_documented_only_where_they_are_mounted
     development = {"/dev/sign-in-codes/{requestId}", "/dev/dev-stats/viewers"}
     assert development <= set(document["paths"])
     assert not development & set(openapi_paths)
+
+
+USER: list[dict[str, list[str]]] = [{"bearer": []}]
+GUEST_OR_USER: list[dict[str, list[str]]] = [{}, {"bearer": []}]
+# Who may call each operation, as Swagger UI's Authorize uses it: user routes the bearer
+# scheme (optional where a guest may call), internal routes the OAuth 2 scheme with their
+# scopes (any one of them); no entry: no credentials.
+SECURITY = {
+    ("get", "/api/identity/sessions"): USER,
+    ("post", "/api/identity/sessions/logout"): USER,
+    ("delete", "/api/identity/sessions/{sessionId}"): USER,
+    ("delete", "/api/identity/sessions"): USER,
+    ("get", "/api/identity/me/export"): USER,
+    ("delete", "/api/identity/me"): USER,
+    ("get", "/api/user-activity/me/export"): USER,
+    ("post", "/api/user-activity/sessions/start"): GUEST_OR_USER,
+    ("post", "/api/user-activity/sessions/heartbeat"): GUEST_OR_USER,
+    ("post", "/api/user-activity/sessions/link"): USER,
+    ("get", "/api/user-activity/sessions"): GUEST_OR_USER,
+    ("post", "/api/user-activity/actions"): GUEST_OR_USER,
+    ("post", "/api/user-activity/property-views"): GUEST_OR_USER,
+    ("post", "/api/user-activity/property-views/{viewId}/end"): GUEST_OR_USER,
+    ("get", "/api/user-activity/users/{userId}/sessions"): USER,
+    ("get", "/api/user-activity/sessions/open-count"): USER,
+    ("get", "/api/dev-stats/sessions/summary"): USER,
+    ("get", "/internal/sessions/{anonymousId}/link"): [{"oauth2": ["user-activity.internal"]}],
+    ("get", "/internal/users/{userId}/sessions"): [
+        {"oauth2": ["user-activity.internal"]},
+        {"oauth2": ["admin"]},
+    ],
+}
+
+
+def test_the_document_declares_bearer_and_client_credentials_and_each_operations_security(
+    document: dict[str, Any],
+) -> None:
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["bearer"] | {"description": ""} == {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": "",
+    }
+    assert schemes["oauth2"]["type"] == "oauth2"
+    [flow] = schemes["oauth2"]["flows"].items()
+    assert flow[0] == "clientCredentials"
+    assert flow[1]["tokenUrl"] == "/oauth/token"
+    assert set(flow[1]["scopes"]) == {"user-activity.internal", "admin"}
+    declared = {
+        key: operation["security"]
+        for key, operation in _operations(document).items()
+        if "security" in operation
+    }
+    assert declared == SECURITY
+    assert "security" not in document  # no global default: an operation says it or is open
+    # Whatever reads a Bearer token says so: every 401 but the refresh token's and the
+    # OAuth endpoints' (client authentication) belongs to a secured operation.
+    for key, operation in _operations(document).items():
+        if "401" in operation["responses"] and key not in OAUTH_ROUTES:
+            assert key in SECURITY or key == ("post", "/api/identity/sessions/refresh"), key

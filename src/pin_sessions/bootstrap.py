@@ -28,7 +28,7 @@ from pin_sessions.identity.domain import SignInLimits
 from pin_sessions.identity.jobs import expire_sessions, session_retention, signing_keys
 from pin_sessions.identity.keys import KeyCipher, PublishedKeys, SigningKeyOperations
 from pin_sessions.identity.liveness import RefreshSessionLiveness
-from pin_sessions.identity.oauth import OAuthServer
+from pin_sessions.identity.oauth import TOKEN_PATH, OAuthServer
 from pin_sessions.identity.operations import IdentityOperations, random_code
 from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.identity.sms import build_code_sender
@@ -41,6 +41,7 @@ from pin_sessions.platform.erasure import USER_ERASED_TOPIC
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.fast_path import ServiceApp
+from pin_sessions.platform.http.security_schemes import install_security_schemes
 from pin_sessions.platform.jobs import Job, PollingWorker
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.platform.messaging.kafka import KafkaConsumer
@@ -51,6 +52,7 @@ from pin_sessions.platform.messaging.relay import OutboxRelay
 from pin_sessions.platform.messaging.runner import ConsumerRunner, Handler
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.migrations import migrate
+from pin_sessions.platform.permissions import SCOPE_DESCRIPTIONS
 from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
@@ -63,6 +65,7 @@ from pin_sessions.user_activity.consumers import SignedInConsumer
 from pin_sessions.user_activity.consumers import UserErasedConsumer as ActivityUserErasedConsumer
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.jobs import activity_closer, activity_retention
+from pin_sessions.user_activity.linking import StaleLinks
 from pin_sessions.user_activity.user_data import ActivityData
 from pin_sessions.web import http as web_http
 
@@ -160,16 +163,30 @@ def worker_database(settings: Settings, dsn: str, *, max_size: int | None = None
     )
 
 
+def build_heartbeats(runtime: Runtime) -> Heartbeats:
+    """The heartbeat writer: a device whose row is locked waits as for a pool connection,
+    and such devices may hold at most half the pool, leaving the rest to everyone else."""
+    options = runtime.settings.database
+    return Heartbeats(
+        runtime.database,
+        runtime.registry,
+        alone_limit=max(1, options.pool_max // 2),
+        alone_wait=options.acquire_timeout,
+    )
+
+
 def build_key_cipher(runtime: Runtime) -> KeyCipher:
     """Seals and opens the signing keys' private halves under a key of the master secret."""
     return KeyCipher(runtime.secrets)
 
 
 def build_token_signer(runtime: Runtime) -> TokenSigner:
-    """Mints every token with the Current signing key, as ``PIN_PUBLIC_URL``."""
+    """Mints every token with the Current signing key, as the public URL (the issuer)."""
     settings = runtime.settings
     return TokenSigner(
-        build_key_cipher(runtime), settings.public_url, m2m_token_ttl=settings.m2m_token_ttl
+        build_key_cipher(runtime),
+        settings.effective_public_url,
+        m2m_token_ttl=settings.m2m_token_ttl,
     )
 
 
@@ -181,7 +198,7 @@ def build_key_set(runtime: Runtime) -> KeySet:
 def build_authenticator(runtime: Runtime, key_set: KeySet) -> Authenticator:
     """Bearer authentication for every context; identity answers for sessions and clients."""
     return Authenticator(
-        TokenVerifier(key_set, runtime.settings.public_url),
+        TokenVerifier(key_set, runtime.settings.effective_public_url),
         RefreshSessionLiveness(runtime.database),
         DisabledClients(runtime.database),
         runtime.clock,
@@ -194,7 +211,7 @@ def build_oauth_server(runtime: Runtime, key_set: KeySet) -> OAuthServer:
         runtime.database,
         ServiceClients(runtime.database),
         build_token_signer(runtime),
-        TokenVerifier(key_set, runtime.settings.public_url),
+        TokenVerifier(key_set, runtime.settings.effective_public_url),
         RefreshSessionLiveness(runtime.database),
     )
 
@@ -257,7 +274,9 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         "key_set": key_set,
         "user_data": UserData(runtime.database),
         "user_activity_data": ActivityData(runtime.database),
-        "heartbeats": Heartbeats(runtime.database, runtime.registry),
+        "heartbeats": build_heartbeats(runtime),
+        "page_features": web_http.PageFeatures(dev_codes=bool(runtime.settings.dev_codes)),
+        "stale_links": StaleLinks(runtime.registry),
     }
     if metrics_view is not None:
         state["registry"] = metrics_view
@@ -266,7 +285,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         # Development codes, and the dashboard's grant of dev-stats.view: never in prod.
         routers += [identity_http.dev_router, web_http.dev_router]
         state["dev_codes"] = dev_codes
-    return create_http_app(
+    app = create_http_app(
         runtime,
         build_http_services(runtime, key_set),
         routers,
@@ -275,6 +294,9 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         # Every device, once a minute: the heartbeat is served ahead of the framework too.
         fast_routes=[user_activity_http.HEARTBEAT_ROUTE],
     )
+    # /docs can try every route: a user's token, or a service's from identity's endpoint.
+    install_security_schemes(app, routers, token_url=TOKEN_PATH, scopes=SCOPE_DESCRIPTIONS)
+    return app
 
 
 OptionsT = TypeVar("OptionsT", bound=PollingSettings)

@@ -43,7 +43,12 @@ from pydantic_settings import (
 ENV_PREFIX = "PIN_"
 NESTED_DELIMITER = "__"
 RECOMMENDED_SECRET_KEY_LENGTH = 32
-DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+# What an unset PIN_PUBLIC_URL means for a process on the default address.
+DEFAULT_PUBLIC_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+# Bind addresses that mean "every interface": no client reaches the service by them.
+_WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104
 # SPEC §8: how long anyone may cache the JWKS (its Cache-Control max-age).
 JWKS_MAX_AGE = timedelta(minutes=5)
 
@@ -204,7 +209,28 @@ def _origin_list(value: Any) -> Any:
     return tuple(origins)
 
 
+def listening_url(host: str, port: int) -> str:
+    """The base URL a person on this machine reaches ``host:port`` by.
+
+    A wildcard bind (``0.0.0.0``, ``::``) is reached on the loopback address; an IPv6
+    literal is bracketed.
+    """
+    reachable = _WILDCARD_HOSTS.get(host, host)
+    if ":" in reachable:
+        reachable = f"[{reachable}]"
+    return f"http://{reachable}:{port}"
+
+
+def is_wildcard_host(host: str) -> bool:
+    """Whether binding ``host`` listens on every interface."""
+    return host in _WILDCARD_HOSTS
+
+
 class HttpSettings(_Group):
+    # SPEC §11: where the API listens (`serve` and `up`); their --host and --port, when
+    # given, win over these for that process.
+    host: Annotated[str, Field(min_length=1)] = DEFAULT_HOST
+    port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
     max_body_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
     # SPEC §8: the browser origins allowed to call /api/** and /.well-known/**; empty is
     # same origin only.
@@ -441,8 +467,9 @@ class Settings(BaseSettings):
     secret_key: SecretStr | None = None
     # The former name of secret_key, still read (with a warning at start) when it is unset.
     jwt_secret: SecretStr | None = None
-    # The issuer of every token (SPEC §3) and the base of the OAuth metadata's URLs.
-    public_url: Annotated[str, AfterValidator(_public_url)] = DEFAULT_PUBLIC_URL
+    # The issuer of every token (SPEC §3) and the base of the OAuth metadata's URLs; unset,
+    # the address the API listens on (see effective_public_url).
+    public_url: Annotated[str, AfterValidator(_public_url)] | None = None
     m2m_token_ttl: PositiveDuration = timedelta(minutes=15)
     env: Environment = Environment.DEV
     refresh_reuse_interval: Annotated[Duration, AfterValidator(_not_negative)] = timedelta(
@@ -466,6 +493,21 @@ class Settings(BaseSettings):
     sms: SmsSettings = SmsSettings()
     sign_in: SignInSettings = SignInSettings()
     kafka: KafkaSettings = KafkaSettings()
+
+    @property
+    def effective_public_url(self) -> str:
+        """``PIN_PUBLIC_URL``, else the API's own address (SPEC §11).
+
+        ``serve`` and ``up`` put the address they really bound into ``http`` before they
+        build anything, so an unset ``PIN_PUBLIC_URL`` follows it, port 0 included.
+        """
+        return self.public_url or listening_url(self.http.host, self.http.port)
+
+    def listening_on(self, host: str, port: int) -> Settings:
+        """These settings as a process that listens on ``host:port`` sees them."""
+        return self.model_copy(
+            update={"http": self.http.model_copy(update={"host": host, "port": port})}
+        )
 
     @property
     def master_secret(self) -> SecretStr | None:

@@ -267,9 +267,12 @@ async def test_introspection_describes_active_user_and_service_tokens(
         "pin-api",
     )
     assert described["iss"] == "http://127.0.0.1:8000"
+    # The sign-in that started the token's refresh family (SPEC §11), here the token's own.
+    assert described["auth_time"] == described["iat"]
     grant = (await http.post(TOKEN, data=client.form(grant_type="client_credentials"))).json()
     service = await _introspect(http, client, grant["access_token"])
     assert service["active"] is True
+    assert "auth_time" not in service  # no user signed in: a service's token
     assert (service["client_id"], service["scope"], service["aud"]) == (
         client.client_id,
         f"{ADMIN} {INTERNAL}",

@@ -193,7 +193,8 @@ def test_a_public_url_that_cannot_be_an_issuer_is_refused(value: str, message: s
 
 def test_token_settings_default_to_spec_values_and_read_their_variables() -> None:
     defaults = load_settings({})
-    assert defaults.public_url == "http://127.0.0.1:8000"
+    assert defaults.public_url is None  # unset: the API's own address (SPEC §11)
+    assert defaults.effective_public_url == "http://127.0.0.1:8000"
     assert defaults.m2m_token_ttl == timedelta(minutes=15)
     assert defaults.signing_keys.rotate_after == timedelta(days=30)
     assert defaults.signing_keys.publish_ahead == timedelta(hours=1)
@@ -206,6 +207,7 @@ def test_token_settings_default_to_spec_values_and_read_their_variables() -> Non
         }
     )
     assert custom.public_url == "https://sessions.example.com/auth"
+    assert custom.effective_public_url == "https://sessions.example.com/auth"
     assert custom.m2m_token_ttl == timedelta(minutes=5)
     assert custom.signing_keys.rotate_after == timedelta(days=7)
     assert custom.signing_keys.publish_ahead == timedelta(minutes=10)
@@ -233,3 +235,34 @@ def test_a_group_given_whole_as_json_is_read_and_a_broken_one_is_named() -> None
     with pytest.raises(SettingsError) as refused:
         load_settings({"PIN_HTTP": "{"})
     assert str(refused.value) == "PIN_HTTP must be valid JSON"
+
+
+def test_the_api_address_is_a_setting_that_an_unset_public_url_follows() -> None:
+    """SPEC §11: PIN_HTTP__HOST / PIN_HTTP__PORT (127.0.0.1 / 8000)."""
+    defaults = load_settings({})
+    assert (defaults.http.host, defaults.http.port) == ("127.0.0.1", 8000)
+    moved = load_settings({"PIN_HTTP__HOST": "localhost", "PIN_HTTP__PORT": "18310"})
+    assert (moved.http.host, moved.http.port) == ("localhost", 18310)
+    assert moved.effective_public_url == "http://localhost:18310"
+    # What a process that bound another address sees; a set PIN_PUBLIC_URL stays as it is.
+    assert moved.listening_on("::1", 40001).effective_public_url == "http://[::1]:40001"
+    assert moved.listening_on("0.0.0.0", 40001).effective_public_url == "http://127.0.0.1:40001"
+    public = load_settings({"PIN_PUBLIC_URL": "https://sessions.example.com"})
+    assert public.listening_on("0.0.0.0", 1).effective_public_url == "https://sessions.example.com"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("PIN_HTTP__PORT", "65536", "PIN_HTTP__PORT must be <= 65535"),
+        ("PIN_HTTP__PORT", "-1", "PIN_HTTP__PORT must be >= 0"),
+        ("PIN_HTTP__PORT", "http", "PIN_HTTP__PORT input should be a valid integer"),
+        ("PIN_HTTP__HOST", "", "PIN_HTTP__HOST string should have at least 1 character"),
+    ],
+)
+def test_a_bad_api_address_is_refused_naming_the_variable(
+    name: str, value: str, message: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({name: value})
+    assert str(caught.value).startswith(message)

@@ -22,6 +22,7 @@ from pin_sessions.platform.embedded import (
 )
 from pin_sessions.platform.messaging.kafka import ClientOptionsRejected, check_client_options
 from pin_sessions.platform.process import RoleCannotRun
+from pin_sessions.platform.serving import CannotListen
 from pin_sessions.settings import (
     RECOMMENDED_SECRET_KEY_LENGTH,
     Settings,
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A rule of the role the command starts (the API's), checked before it starts.
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
-    except (DataDirBusy, DatabaseLost, RuntimeDirRefused) as exc:
+    except (DataDirBusy, DatabaseLost, RuntimeDirRefused, CannotListen) as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE
 

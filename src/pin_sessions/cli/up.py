@@ -1,13 +1,16 @@
 """``pin-sessions up [--host] [--port]``: everything on one machine.
 
 The database (embedded unless ``PIN_DATABASE_URL`` names one), its migrations, the API and
-every worker run as roles of this one process.
+every worker run as roles of this one process. The API's address is chosen as for ``serve``
+(``--host``/``--port``, else ``PIN_HTTP__HOST``/``__PORT``), once the data directory is ours.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -24,10 +27,10 @@ from pin_sessions.bootstrap import (
 )
 from pin_sessions.cli.common import print_banner
 from pin_sessions.cli.serve import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
+    add_address_arguments,
     api_role,
     api_urls,
+    bind_api,
     stop_grace_seconds,
 )
 from pin_sessions.platform.embedded import DataDirLock, PostmasterWatch
@@ -52,15 +55,14 @@ UP_POOL_SHARE = 2
 
 def add_parsers(commands: Commands) -> None:
     up = commands.add_parser("up", help="everything on one machine: database, migrations, API")
-    up.add_argument("--host", default=DEFAULT_HOST)
-    up.add_argument("--port", type=int, default=DEFAULT_PORT)
+    add_address_arguments(up)
     up.set_defaults(run=run)
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     settings.check_api_can_sign_in()
     with process_tracing("up", os.environ):
-        return _up(with_up_defaults(settings), args.host, args.port, banner=args.console)
+        return _up(with_up_defaults(settings), args, banner=args.console)
 
 
 def with_up_defaults(settings: Settings) -> Settings:
@@ -73,8 +75,13 @@ def with_up_defaults(settings: Settings) -> Settings:
     return settings.model_copy(update={"dev_codes": True})
 
 
-def _up(settings: Settings, host: str, port: int, *, banner: bool) -> int:
-    with DataDirLock(settings.data_dir), open_database_endpoint(settings) as endpoint:
+def _up(settings: Settings, args: argparse.Namespace, *, banner: bool) -> int:
+    with contextlib.ExitStack() as owned:
+        # The data directory first: a second `up` on it is refused for that, whatever its port.
+        owned.enter_context(DataDirLock(settings.data_dir))
+        settings, sock = bind_api(settings, args)
+        owned.enter_context(contextlib.closing(sock))
+        endpoint = owned.enter_context(open_database_endpoint(settings))
         dsn = endpoint.dsn
         # The workers share one pool; the API gets its own, bounded one (SPEC §9), so a
         # job's long batch never waits behind requests, nor requests behind a batch.
@@ -89,7 +96,7 @@ def _up(settings: Settings, host: str, port: int, *, banner: bool) -> int:
         # `up` owns an embedded server: when it dies, the watch starts it again or, failing
         # that, raises DatabaseLost, which stops every role and exits 1.
         watch = [] if endpoint.embedded is None else [PostmasterWatch(endpoint.embedded)]
-        run_process(_run_up(runtime, api_runtime, host, port, watch, banner=banner))
+        run_process(_run_up(runtime, api_runtime, sock, watch, banner=banner))
     log.info("stopped")
     return 0
 
@@ -97,8 +104,7 @@ def _up(settings: Settings, host: str, port: int, *, banner: bool) -> int:
 async def _run_up(
     runtime: Runtime,
     api_runtime: Runtime,
-    host: str,
-    port: int,
+    sock: socket.socket,
     extra_roles: Sequence[Role],
     *,
     banner: bool,
@@ -114,10 +120,9 @@ async def _run_up(
         roles: list[Role] = [
             api_role(
                 api_runtime,
-                host,
-                port,
+                sock,
                 on_listening=(
-                    (lambda bound: print_banner("PIN Sessions is up", api_urls(host, bound)))
+                    (lambda _port: print_banner("PIN Sessions is up", api_urls(runtime.settings)))
                     if banner
                     else None
                 ),

@@ -30,7 +30,13 @@ from typing import Any
 import structlog
 
 from pin_sessions.identity import sql
-from pin_sessions.identity.errors import ClientNotActive, InvalidClient, InvalidScope, UnknownClient
+from pin_sessions.identity.errors import (
+    AmbiguousClient,
+    ClientNotActive,
+    InvalidClient,
+    InvalidScope,
+    UnknownClient,
+)
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.ids import new_id
 
@@ -122,6 +128,33 @@ class ServiceClients:
     async def registered(self) -> list[Client]:
         async with self._database.connection() as conn:
             return [_client(row) for row in await conn.fetch(sql.SELECT_CLIENTS)]
+
+    async def find(self, id_or_name: str) -> Client:
+        """The Active client with this id, or the one Active client with this name.
+
+        For an operator's command (``token m2m``), never for a request: it authenticates
+        nobody. UnknownClient when none matches; ClientNotActive when it is disabled;
+        AmbiguousClient when several have the name.
+        """
+        parsed = _uuid(id_or_name)
+        async with self._database.connection() as conn:
+            if parsed is not None:
+                row = await conn.fetchrow(sql.SELECT_CLIENT_CREDENTIALS, parsed)
+                rows = [] if row is None else [row]
+            else:
+                rows = await conn.fetch(sql.SELECT_CLIENTS_NAMED, id_or_name)
+        found = [_client(row) for row in rows]
+        if not found:
+            raise UnknownClient(f"no service client has the id or name {id_or_name!r}")
+        active = [client for client in found if client.status is ClientState.ACTIVE]
+        if not active:
+            raise ClientNotActive(f"the service client {id_or_name!r} is disabled")
+        if len(active) > 1:
+            raise AmbiguousClient(
+                f"{len(active)} active service clients are named {id_or_name!r}: "
+                "give the id (`pin-sessions clients list`)"
+            )
+        return active[0]
 
     async def rotate_secret(self, client_id: uuid.UUID, now: datetime) -> str:
         """A new secret for an Active client; the old one stops working at once."""

@@ -19,6 +19,7 @@ Hierarchy::
         ├── UnknownPhoneNumber           (CLI only: no user with that phone number)
         ├── UnknownClient                (CLI only: no service client with that id)
         ├── ClientNotActive              (CLI only: the client is disabled)
+        ├── AmbiguousClient              (CLI only: several clients have that name)
         ├── UserErased                   404 IDENTITY_USER_NOT_FOUND (an export after erasure)
         └── RecentSignInRequired         401 IDENTITY_RECENT_SIGN_IN_REQUIRED
 
@@ -135,6 +136,12 @@ class ClientNotActive(IdentityError):
     code = "IDENTITY_CLIENT_DISABLED"
     status = 409
     title = "The service client is disabled"
+
+
+class AmbiguousClient(IdentityError):
+    code = "IDENTITY_CLIENT_AMBIGUOUS"
+    status = 409
+    title = "Several service clients have this name"
 
 
 class OAuthError(Exception):

@@ -93,6 +93,8 @@ class OAuthServer:
             if not live:
                 return INACTIVE
             answer |= {"sub": str(principal.user_id), "sid": str(principal.session_id)}
+            if principal.auth_time is not None:
+                answer["auth_time"] = int(principal.auth_time.timestamp())
             if principal.permissions:
                 answer["permissions"] = sorted(principal.permissions)
             return answer
