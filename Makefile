@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test lint bench clean
+.PHONY: up test lint bench clean kafka-broker
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -36,7 +36,12 @@ JS_STAMP := clients/js/node_modules/.package-lock.json
 $(JS_STAMP): clients/js/package.json clients/js/package-lock.json
 	cd clients/js && npm ci --no-audit --no-fund
 
-test: $(STAMP) $(JS_STAMP)
+# The tests' Kafka broker: Apache Kafka's jars from Maven Central (tests/kafka-broker/pom.xml),
+# fetched once per build file into .cache/ (needs Java 17+ and Maven; `up` needs neither).
+kafka-broker: $(STAMP)
+	$(BIN)/python -m tests.support.kafka_dist
+
+test: $(STAMP) $(JS_STAMP) kafka-broker
 	$(BIN)/pytest
 
 lint: $(STAMP)

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from pin_sessions.dev_stats import routes as dev_stats_routes
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErasedConsumer
+from pin_sessions.identity import events as identity_events
 from pin_sessions.identity import http as identity_http
 from pin_sessions.identity import oauth_http
 from pin_sessions.identity.client_authentication import ClientAuthentication
@@ -38,6 +39,7 @@ from pin_sessions.platform.auth import Authenticator
 from pin_sessions.platform.clock import Clock, SystemClock
 from pin_sessions.platform.database import CLIENT_TIMEOUT_GRACE, Bounds, Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
+from pin_sessions.platform.erasure import USER_ERASED_TOPIC
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.fast_path import ServiceApp
@@ -45,6 +47,7 @@ from pin_sessions.platform.http.security_schemes import install_security_schemes
 from pin_sessions.platform.jobs import Job, PollingWorker
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.platform.messaging.kafka import KafkaConsumer
+from pin_sessions.platform.messaging.kafka_admin import TopicPolicy
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.pgbus import PostgresBusConsumer
 from pin_sessions.platform.messaging.relay import OutboxRelay
@@ -56,7 +59,8 @@ from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
 from pin_sessions.platform.tokens import ACCESS_TOKEN_TTL, TokenVerifier
-from pin_sessions.settings import PollingSettings, Settings
+from pin_sessions.settings import KafkaSettings, PollingSettings, Settings
+from pin_sessions.user_activity import events as user_activity_events
 from pin_sessions.user_activity import http as user_activity_http
 from pin_sessions.user_activity import internal_http as user_activity_internal_http
 from pin_sessions.user_activity.consumers import SignedInConsumer
@@ -393,14 +397,35 @@ CONSUMERS: dict[str, Callable[[CollectorRegistry], Handler]] = {
 }
 
 
+# Every topic the contexts publish to (SPEC §6): the relay creates the missing ones at start,
+# and its principal may write these and no other (SPEC §11, deploy/kubernetes/kafka-users.yaml).
+PUBLISHED_TOPICS = (
+    identity_events.SIGN_INS_TOPIC,
+    identity_events.SESSION_REVOKED_TOPIC,
+    USER_ERASED_TOPIC,
+    user_activity_events.SESSION_LINKED_TOPIC,
+    user_activity_events.SESSION_ENDED_TOPIC,
+    user_activity_events.PROPERTY_OBJECT_VIEW_ENDED_TOPIC,
+)
+
+
+def topic_policy(kafka: KafkaSettings) -> TopicPolicy:
+    return TopicPolicy(kafka.replication_factor, kafka.min_insync_replicas)
+
+
 def build_consumer(runtime: Runtime, name: str, metrics: MessagingMetrics) -> Role:
     """The consumer on Kafka when PIN_KAFKA_BOOTSTRAP_SERVERS is set, else on the PostgreSQL bus."""
     handler = CONSUMERS[name](runtime.registry)
     runner = ConsumerRunner(handler, runtime.database, runtime.clock, metrics)
     bootstrap_servers = runtime.settings.kafka_bootstrap_servers
     if bootstrap_servers:
+        kafka = runtime.settings.kafka
         return KafkaConsumer(
-            runner, bootstrap_servers, metrics, options=runtime.settings.kafka.librdkafka_options()
+            runner,
+            bootstrap_servers,
+            metrics,
+            options=kafka.librdkafka_options(),
+            topic_policy=topic_policy(kafka),
         )
     return PostgresBusConsumer(
         runner, runtime.database, runtime.clock, metrics, all_consumers=sorted(CONSUMERS)
@@ -417,6 +442,7 @@ def build_relay(runtime: Runtime, metrics: MessagingMetrics) -> OutboxRelay:
         metrics,
         bootstrap_servers,
         options=runtime.settings.kafka.librdkafka_options(),
+        topic_policy=topic_policy(runtime.settings.kafka),
     )
 
 
