@@ -270,7 +270,7 @@ async def _run_on(options: Options, db: Database, workdir: Path, logs: Path) -> 
     )
     broker = _start_broker() if options.bus == "kafka" else None
     if broker is not None:
-        env["PIN_KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
+        env |= broker.env()
     api_port = _free_port()
     fleet = start_fleet(options, env, logs, api_port)
     try:
@@ -304,10 +304,16 @@ async def _reconciled(dsn: str, **given: Any) -> dict[str, Any]:
 
 
 def _start_broker() -> Any:
-    from tests.support.kafka import TansuBroker
+    """Three Apache Kafka nodes (KRaft), topics replicated on all three: a cluster that
+    keeps serving with one broker killed, as production's does."""
+    from tests.support.kafka import KafkaCluster
 
-    broker = TansuBroker()
-    broker.start()
+    broker = KafkaCluster(3)
+    try:
+        broker.start()
+    except BaseException:
+        broker.stop()
+        raise
     return broker
 
 
