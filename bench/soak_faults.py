@@ -14,8 +14,11 @@
 * ``freeze-broker`` — SIGSTOP the broker for ``pause`` seconds. On the PostgreSQL bus
   there is no broker; the bus is its readers, so the fault freezes every consumer process
   instead (events pile up in the outbox and must all be applied once they thaw).
-* ``kill-broker`` — SIGKILL one broker of three. It needs a cluster: a broker object with a
-  ``kill_one()`` method (the three-broker fixture); skipped otherwise.
+* ``kill-broker`` — on Kafka, SIGKILL the broker leading ``session-ended``'s partition 0, one
+  of the cluster's three (topics replicated on all three, ``min.insync.replicas`` 2: the
+  other two keep taking ``acks=all`` writes). It stays down for ``pause`` seconds, then
+  starts again on its data; the window ends when all three brokers are registered again.
+  The PostgreSQL bus has no broker: skipped there.
 * ``rotate-keys`` — ``pin-sessions keys rotate --now`` (a leaked key): every token signed
   before stops verifying within 5 s (the key set's cache age), which ends the window.
 
@@ -55,9 +58,19 @@ for update
 """
 
 
+SESSION_ENDED = "pin.user-activity.session-ended.v1"
+
+
 class Broker(Protocol):
+    """What the faults ask of the Kafka cluster (``tests.support.kafka.KafkaCluster``)."""
+
     def freeze(self) -> None: ...
     def thaw(self) -> None: ...
+    def leader_of(self, topic: str, partition: int) -> int: ...
+    def kill(self, node_id: int) -> None: ...
+    def restart(self, node_id: int) -> None: ...
+    def node_ids(self) -> set[int]: ...
+    def wait_for_brokers(self, expected: set[int], *, timeout: float = ...) -> None: ...
 
 
 class Faults:
@@ -188,15 +201,24 @@ class Faults:
         )  # fmt: skip
 
     async def _kill_broker(self) -> Window:
-        kill_one: Any = getattr(self.broker, "kill_one", None)
-        if kill_one is None:
-            why = "no broker on the PostgreSQL bus" if self.broker is None else (
-                "needs a cluster of three brokers (a broker fixture with kill_one())"
-            )  # fmt: skip
-            return self._skipped("kill-broker", why)
+        broker = self.broker
+        if broker is None:
+            return self._skipped("kill-broker", "no broker on the PostgreSQL bus")
+        everyone = broker.node_ids()
+        if len(everyone) < 3:
+            return self._skipped("kill-broker", "needs a cluster of three brokers")
+        try:
+            victim = await asyncio.to_thread(broker.leader_of, SESSION_ENDED, 0)
+        except Exception:  # no leader known (the topic not made yet): any node will do
+            victim = min(everyone)
         start = self.now()
-        await asyncio.to_thread(kill_one)
-        return Window("kill-broker", start, self.now(), "one broker of three")
+        await asyncio.to_thread(broker.kill, victim)
+        await asyncio.sleep(self.pause)
+        # On this (the main) thread: a node started from a worker thread would not be
+        # stopped with the soak should it die.
+        broker.restart(victim)
+        await asyncio.to_thread(broker.wait_for_brokers, everyone, timeout=READY_TIMEOUT)
+        return Window("kill-broker", start, self.now(), f"broker {victim} of {len(everyone)}")
 
     async def _rotate_keys(self) -> Window:
         start = self.now()

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -33,6 +33,9 @@ from soak_services import Erasures, ServiceClient, erasure_loop, service_loop, v
 from soak_sms import SmsGateway
 from soak_traffic import Plan, World, population
 from soak_wire import Recorder, Wire
+
+if TYPE_CHECKING:
+    from tests.support.kafka import KafkaCluster
 
 SECRET_KEY = "soak-secret-key-long-enough-for-every-derived-key"
 VIEWER_PHONE = "+447700900027"
@@ -303,7 +306,7 @@ async def _reconciled(dsn: str, **given: Any) -> dict[str, Any]:
         return {"reconciliation": {"holds": False, "error": repr(exc)}}
 
 
-def _start_broker() -> Any:
+def _start_broker() -> KafkaCluster:
     """Three Apache Kafka nodes (KRaft), topics replicated on all three: a cluster that
     keeps serving with one broker killed, as production's does."""
     from tests.support.kafka import KafkaCluster
@@ -320,7 +323,7 @@ def _start_broker() -> Any:
 @contextlib.asynccontextmanager
 async def _traffic(
     options: Options, fleet: Fleet, db: Database, env: dict[str, str], logs: Path,
-    sms: SmsGateway, api_port: int, client: dict[str, Any], broker: Any,
+    sms: SmsGateway, api_port: int, client: dict[str, Any], broker: KafkaCluster | None,
 ) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
     """Drive the traffic and the faults; yields what the report and the books need."""
     recorder = Recorder()
