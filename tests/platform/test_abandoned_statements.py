@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -65,14 +65,19 @@ async def test_a_statement_whose_backend_stops_is_a_503_within_one_bound_and_the
     bounds = Bounds(timedelta(seconds=STATEMENT_TIMEOUT), timedelta(seconds=1))
     database = Database(dsn, max_size=2, bounds=bounds)
     await database.open()
+    started = time.monotonic()
+
+    async def stuck_statement(freeze: Callable[[int], None]) -> None:
+        nonlocal started
+        async with database.transaction() as conn:
+            freeze(await conn.fetchval("select pg_backend_pid()"))
+            started = time.monotonic()
+            await conn.execute("select 1")
+
     try:
         with backends_freezer() as freeze:
-            started = time.monotonic()
             with pytest.raises(ServiceUnavailable):
-                async with database.transaction() as conn:
-                    freeze(await conn.fetchval("select pg_backend_pid()"))
-                    started = time.monotonic()
-                    await conn.execute("select 1")
+                await stuck_statement(freeze)
             elapsed = time.monotonic() - started
         async with database.transaction() as conn:
             assert await conn.fetchval("select 1") == 1
