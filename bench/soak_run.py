@@ -455,6 +455,7 @@ def _report(
             "links": ledger.links,
             "userSwitches": ledger.switches,
             "restartedSessionsSeen": ledger.restarts_seen,
+            "refreshesGivenUp": ledger.refreshes_given_up,
             "idempotentRepeatsSame": ledger.repeats_same,
             "idempotentRepeatsDifferent": ledger.repeats_different,
             "erasuresByRoute": erasures.by_route,

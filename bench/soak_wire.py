@@ -36,6 +36,7 @@ class Answer:
     status: int
     content_type: str
     body: bytes
+    retry_after: float | None = None  # seconds, from a Retry-After header
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -129,11 +130,13 @@ class Wire:
         expect: frozenset[int] = frozenset(),
         explain: Callable[[Answer], bool] | None = None,
         due: float | None = None,
+        give_up_after: float | None = None,
     ) -> Answer:
         """Send one request and record it; raises :class:`CallFailed` without an answer.
 
         A non-2xx answer is recorded as expected when its status is in ``expect`` or
         ``explain(answer)`` says so (judged once answered: what happened meanwhile counts).
+        ``give_up_after`` (seconds) replaces the wire's timeout for this call.
         """
         body = b""
         lines = [f"{method} {path} HTTP/1.1".encode(), b"Host: " + self._host_header]
@@ -153,7 +156,9 @@ class Wire:
             if due is not None:
                 self._recorder.lags.append(sent - due)
             try:
-                answer = await asyncio.wait_for(self._exchange(request), self._timeout)
+                answer = await asyncio.wait_for(
+                    self._exchange(request), give_up_after or self._timeout
+                )
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
                 kind = TIMEOUT if isinstance(exc, TimeoutError) else TRANSPORT
                 self._record(route, sent, kind, expected=False, answer=None)
@@ -217,6 +222,7 @@ async def _read_answer(reader: asyncio.StreamReader) -> tuple[Answer, bool]:
     chunked = False
     keep = True
     content_type = ""
+    retry_after = None
     for line in header_lines:
         name, _, value = line.partition(b":")
         lower = name.strip().lower()
@@ -228,8 +234,10 @@ async def _read_answer(reader: asyncio.StreamReader) -> tuple[Answer, bool]:
             chunked = b"chunked" in value.lower()
         elif lower == b"connection":
             keep = b"close" not in value.lower()
+        elif lower == b"retry-after" and value.strip().isdigit():
+            retry_after = float(value)
     body = await _read_chunked(reader) if chunked else await reader.readexactly(length)
-    return Answer(status, content_type, body), keep
+    return Answer(status, content_type, body, retry_after), keep
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
