@@ -1,7 +1,7 @@
 """Production's mix under faults: every role as a process, realistic traffic, the books at the end.
 
-    python bench/soak.py [--duration 300] [--devices 400] [--rate 100] [--bus pg|kafka]
-                         [--faults default|none] [--database-url URL]
+    python bench/soak.py [--duration 300 | --minutes 5] [--devices 400] [--rate 100]
+                         [--bus pg|kafka] [--faults default|none|all] [--database-url URL]
                          [--report soak.json] [--plot soak.png]
 
 Starts the service as it is deployed — ``pin-sessions serve --workers 2``, every job
@@ -23,7 +23,8 @@ last fault has been over for a while.
 At the end the outbox drains and the books are reconciled (``soak_books``); the SLOs are
 judged per route and per fault window (``soak_report``). ``--report`` gets the JSON,
 ``--plot`` a PNG of throughput and p99 per route over time with the faults shaded
-(``soak_plot``). Prints a summary; exits 0 when ``ok``, 1 when not.
+(``soak_plot``); by default both go to ``soak-<bus>-<start time>.json``/``.png`` in the
+current directory. Prints a summary; exits 0 when ``ok``, 1 when not.
 
 The load generator shares the machine with the service: the report gives its CPU per
 call, the share of the cores that was busy, idle and stolen (/proc/stat), and the CPU of
@@ -38,6 +39,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,9 @@ BUDGET_SCALE_HELP = (
 
 def parse(argv: list[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=300.0, help="seconds of traffic")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--duration", type=float, default=300.0, help="seconds of traffic")
+    length.add_argument("--minutes", type=float, default=None, help="minutes of traffic")
     parser.add_argument("--devices", type=int, default=400)
     parser.add_argument("--rate", type=float, default=100.0, help="heartbeats per second")
     parser.add_argument("--bus", choices=("pg", "kafka"), default="pg")
@@ -76,15 +80,16 @@ def parse(argv: list[str] | None = None) -> Options:
         "--call-timeout", type=float, default=10.0, help="seconds before a call is given up"
     )
     args = parser.parse_args(argv)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
     return Options(
-        duration=args.duration,
+        duration=args.duration if args.minutes is None else args.minutes * 60,
         devices=args.devices,
         rate=args.rate,
         bus=args.bus,
         faults=args.faults,
         database_url=args.database_url,
-        report=args.report,
-        plot=args.plot,
+        report=args.report or Path(f"soak-{args.bus}-{stamp}.json"),
+        plot=args.plot or Path(f"soak-{args.bus}-{stamp}.png"),
         erasures=args.erasures,
         seed=args.seed,
         budget_scale=args.budget_scale,

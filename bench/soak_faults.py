@@ -1,6 +1,7 @@
 """The soak's faults, one after another, each recorded as a window of the run.
 
-``default`` runs, in this order, with ``gap`` seconds of calm between two windows:
+``default`` runs, in this order, with ``gap`` seconds of calm between two windows, and
+runs again from the top while another pass fits in the run (a 20-minute soak makes several):
 
 * ``kill-api-worker`` — SIGKILL one worker of ``serve --workers 2``; its supervisor starts
   another. The window ends when the new worker logs that it listens.
@@ -103,7 +104,9 @@ class Faults:
     def now(self) -> float:
         return self.world.recorder.now()
 
-    async def run(self, names: tuple[str, ...], first_at: float) -> None:
+    async def run(self, names: tuple[str, ...], first_at: float, until: float) -> None:
+        """The schedule from ``first_at``, again and again while another pass, as long as
+        the last one, ends before ``until``: a long soak meets every fault many times."""
         steps: dict[str, Callable[[], Awaitable[Window]]] = {
             "kill-api-worker": self._kill_api_worker,
             "kill-consumer": lambda: self._kill_role("kill-consumer", "dev-stats-session-ended"),
@@ -116,11 +119,15 @@ class Faults:
             "lock-session": self._lock_session,
         }
         await asyncio.sleep(max(0.0, first_at - self.now()))
-        for name in names:
-            window = await steps[name]()
-            self.windows.append(window)
-            if window.skipped is None:
-                await asyncio.sleep(self.gap)
+        while names:
+            began = self.now()
+            for name in names:
+                window = await steps[name]()
+                self.windows.append(window)
+                if window.skipped is None:
+                    await asyncio.sleep(self.gap)
+            if self.now() + (self.now() - began) > until:
+                return
 
     def _skipped(self, name: str, why: str) -> Window:
         at = self.now()

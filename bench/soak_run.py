@@ -355,7 +355,7 @@ async def _traffic(
     schedule = {"default": DEFAULT, "all": ALL}.get(options.faults, ())
     failures: list[str] = []
     try:
-        await faults.run(schedule, first_at=options.duration * 0.1)
+        await faults.run(schedule, first_at=options.duration * 0.1, until=options.duration)
     except Exception as exc:
         failures.append(f"fault schedule stopped: {exc}")
     last_end = max((w.end for w in faults.windows), default=0.0)
