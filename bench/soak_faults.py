@@ -27,7 +27,8 @@ runs again from the top while another pass fits in the run (a 20-minute soak mak
 
 * ``lock-session`` — a transaction holds one live device's session row (``FOR UPDATE``,
   as a closer batch, a link, an erasure or a consumer does) for ``pause`` + 3 s, past the
-  API's statement timeout. That device's calls are labelled ``… (locked device)`` and may
+  API's statement timeout. That device's calls (all of them: a heartbeat, a link, an
+  action...) are labelled ``… (locked device)`` and may
   wait or fail; every other call of the window is judged as if nothing happened: no
   failure at all, not even a 503.
 """
@@ -119,14 +120,15 @@ class Faults:
             "lock-session": self._lock_session,
         }
         await asyncio.sleep(max(0.0, first_at - self.now()))
-        while names:
-            began = self.now()
+        while True:
+            began, ran = self.now(), 0
             for name in names:
                 window = await steps[name]()
                 self.windows.append(window)
                 if window.skipped is None:
+                    ran += 1
                     await asyncio.sleep(self.gap)
-            if self.now() + (self.now() - began) > until:
+            if not ran or self.now() + (self.now() - began) > until:
                 return
 
     def _skipped(self, name: str, why: str) -> Window:
@@ -254,10 +256,11 @@ class Faults:
         conn = await asyncpg.connect(self.dsn)
         try:
             async with conn.transaction():
+                # Its calls are told apart from the moment before the lock is taken.
+                self.world.locked_device = device.anonymous_id
                 locked = await conn.fetchval(LOCK_SESSION, device.anonymous_id)
                 if locked is None:
                     return self._skipped("lock-session", "the device had no Active session")
-                self.world.locked_device = device.anonymous_id
                 start = self.now()
                 await asyncio.sleep(self.pause + 3.0)
                 end = self.now()

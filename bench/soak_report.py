@@ -204,7 +204,7 @@ def _window(
         if not _unexplained(record):
             continue
         if window.strict:
-            if not record.route.endswith(LOCKED):
+            if LOCKED not in record.route:
                 bad.append(record)
             continue
         if record.status == 503 and record.problem:

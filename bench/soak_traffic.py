@@ -134,7 +134,8 @@ class World:
     locked_device: str | None = None  # whose session row a fault holds locked
 
     def label(self, route: str, device: Device) -> str:
-        """The route, told apart for the device whose row is held (``lock-session``)."""
+        """The route, told apart for the device whose row is held (``lock-session``): every
+        call of that device may wait for the row, or fail; no other call may."""
         return f"{route} (locked device)" if device.anonymous_id == self.locked_device else route
 
     def token_may_be_refused(self, device: Device) -> bool:
@@ -187,7 +188,7 @@ async def sign_in(world: World, device: Device, user: User) -> Tokens | None:
             world.sms.forget(request_id)
             return None
         confirmed = await wire.call(
-            "sign-in confirm", "POST", "/api/identity/sign-in/confirm",
+            world.label("sign-in confirm", device), "POST", "/api/identity/sign-in/confirm",
             json_body={"requestId": request_id, "code": code},
             headers={"X-Anonymous-Id": device.anonymous_id, "User-Agent": device.user_agent},
         )  # fmt: skip
@@ -303,7 +304,9 @@ async def _start(world: World, device: Device) -> bool:
         headers["X-Anonymous-Id"] = device.anonymous_id
     for _ in range(WRITE_TRIES):
         try:
-            answer = await world.wire.call("start", "POST", f"{UA}/sessions/start", headers=headers)
+            answer = await world.wire.call(
+                world.label("start", device), "POST", f"{UA}/sessions/start", headers=headers
+            )
         except CallFailed:
             if not own_id:
                 return False  # without its own id, a retry would be another device
@@ -394,7 +397,7 @@ async def sign_in_and_link(world: World, device: Device) -> None:
     headers = world.bearer(device, {"X-Anonymous-Id": device.anonymous_id})
     try:
         answer = await world.wire.call(
-            "link", "POST", f"{UA}/sessions/link", headers=headers,
+            world.label("link", device), "POST", f"{UA}/sessions/link", headers=headers,
             expect=frozenset({401}) if world.token_may_be_refused(device) else frozenset(),
             explain=world.replaced(device, device.tokens),
         )  # fmt: skip
@@ -417,7 +420,7 @@ async def _keyed_write(
         refusable = world.token_may_be_refused(device)
         try:
             answer = await world.wire.call(
-                route, "POST", path, headers=headers, json_body=body,
+                world.label(route, device), "POST", path, headers=headers, json_body=body,
                 expect=frozenset({401}) if refusable else frozenset(),
                 explain=world.replaced(device, device.tokens),
             )  # fmt: skip
@@ -433,7 +436,7 @@ async def _keyed_write(
     else:
         return None
     if answer.status == 201 and world.rng.random() < 0.05:
-        await _repeat(world, route, path, headers, body, answer)
+        await _repeat(world, world.label(route, device), path, headers, body, answer)
     return answer
 
 
@@ -480,7 +483,8 @@ async def end_view(world: World, device: Device, view_id: str) -> None:
     erased = device.lost_to_erasure
     try:
         answer = await world.wire.call(
-            "property view end", "POST", f"{UA}/property-views/{view_id}/end",
+            world.label("property view end", device), "POST",
+            f"{UA}/property-views/{view_id}/end",
             headers={"X-Anonymous-Id": device.anonymous_id},
             expect=frozenset({404}) if erased else frozenset(),
         )  # fmt: skip
@@ -497,7 +501,7 @@ async def read_history(world: World, device: Device) -> None:
     refusable = world.token_may_be_refused(device)
     try:
         await world.wire.call(
-            "history", "GET", f"{UA}/sessions?limit=5", headers=headers,
+            world.label("history", device), "GET", f"{UA}/sessions?limit=5", headers=headers,
             expect=frozenset({401}) if refusable else frozenset(),
             explain=world.replaced(device, device.tokens),
         )  # fmt: skip
