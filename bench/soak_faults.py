@@ -248,19 +248,23 @@ class Faults:
     async def _lock_session(self) -> Window:
         candidates = [
             device for device in self.world.devices.values()
-            if device.interval and device.tokens is None and not device.bot
+            if device.live and device.tokens is None and not device.bot
         ]  # fmt: skip
         if not candidates or self.dsn is None:
             return self._skipped("lock-session", "no live guest device to lock")
-        device = self.world.rng.choice(candidates)
+        self.world.rng.shuffle(candidates)
         conn = await asyncpg.connect(self.dsn)
         try:
             async with conn.transaction():
-                # Its calls are told apart from the moment before the lock is taken.
-                self.world.locked_device = device.anonymous_id
-                locked = await conn.fetchval(LOCK_SESSION, device.anonymous_id)
-                if locked is None:
-                    return self._skipped("lock-session", "the device had no Active session")
+                # A live device between two sessions has none to lock: the next one will.
+                for device in candidates[:10]:
+                    # Its calls are told apart from the moment before the lock is taken.
+                    self.world.locked_device = device.anonymous_id
+                    locked = await conn.fetchval(LOCK_SESSION, device.anonymous_id)
+                    if locked is not None:
+                        break
+                else:
+                    return self._skipped("lock-session", "no device had an Active session")
                 start = self.now()
                 await asyncio.sleep(self.pause + 3.0)
                 end = self.now()

@@ -74,6 +74,7 @@ class Device:
     tokens: Tokens | None = None
     views: list[str] = field(default_factory=list)
     erased_beats: int = 0  # heartbeats sent with an erased user's token
+    live: bool = False  # within a life: started, heartbeating
     # Everyone who signed in here: an erasure of any of them takes the sessions they were
     # linked to on this device, and those sessions' views (a later end is 404).
     users_seen: list[User] = field(default_factory=list)
@@ -222,10 +223,9 @@ async def refresh(world: World, device: Device) -> bool:
     No 401 is expected but for an erased user: a family revoked by this client's own retry
     is a finding (the soak found it under overload, before the API bounded its work).
     """
-    tokens = device.tokens
+    tokens, user = device.tokens, device.user
     if tokens is None:
         return False
-    erased = bool(device.user and device.user.erased)
     first_sent = world.recorder.now()
     last_retry_at = first_sent + REFRESH_REUSE_INTERVAL - REFRESH_GIVE_UP_AFTER
     while True:
@@ -234,7 +234,8 @@ async def refresh(world: World, device: Device) -> bool:
                 "refresh", "POST", "/api/identity/sessions/refresh",
                 json_body={"refreshToken": tokens.refresh},
                 headers={"User-Agent": device.user_agent},
-                expect=frozenset({401}) if erased else frozenset(),
+                # Judged once answered: the user may be erased while the call flies.
+                explain=lambda answer: answer.status == 401 and bool(user and user.erased),
                 give_up_after=REFRESH_GIVE_UP_AFTER,
             )  # fmt: skip
             pause = RETRY_PAUSE
@@ -287,9 +288,11 @@ async def device_life(world: World, device: Device, lifetime: float, *, returnin
         return
     ends = world.recorder.now() + lifetime
     activity = asyncio.create_task(_activities(world, device, ends))
+    device.live = True
     try:
         await _heartbeats(world, device, ends, returning=returning)
     finally:
+        device.live = False
         activity.cancel()
         await asyncio.gather(activity, return_exceptions=True)
     for view_id in list(device.views):
