@@ -130,13 +130,11 @@ class Wire:
         expect: frozenset[int] = frozenset(),
         explain: Callable[[Answer], bool] | None = None,
         due: float | None = None,
-        give_up_after: float | None = None,
     ) -> Answer:
         """Send one request and record it; raises :class:`CallFailed` without an answer.
 
         A non-2xx answer is recorded as expected when its status is in ``expect`` or
         ``explain(answer)`` says so (judged once answered: what happened meanwhile counts).
-        ``give_up_after`` (seconds) replaces the wire's timeout for this call.
         """
         body = b""
         lines = [f"{method} {path} HTTP/1.1".encode(), b"Host: " + self._host_header]
@@ -156,9 +154,7 @@ class Wire:
             if due is not None:
                 self._recorder.lags.append(sent - due)
             try:
-                answer = await asyncio.wait_for(
-                    self._exchange(request), give_up_after or self._timeout
-                )
+                answer = await asyncio.wait_for(self._exchange(request), self._timeout)
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
                 kind = TIMEOUT if isinstance(exc, TimeoutError) else TRANSPORT
                 self._record(route, sent, kind, expected=False, answer=None)
