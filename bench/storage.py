@@ -94,13 +94,17 @@ USER_AGENT = (
     "Chrome/138.0.0.0 Safari/537.36"
 )
 # Device i's AnonymousId is md5('device-' || i): random-looking, and computable on both sides.
-# Session ids are UUIDv7-shaped and increase with i, as the service's are with time.
+# Session ids are UUIDv7-shaped and increase with i, as the service's are with time. Each
+# session's last activity is somewhere in the last period, as in service: with one value for
+# all, ix_sessions_active_last_activity would start as a few deduplicated posting lists and
+# its first minutes' growth would be its return to its natural size, not bloat.
 SEED_ACTIVE = """
 insert into user_activity.sessions
     (id, anonymous_id, status, created_at, last_activity_at,
      device_user_agent, device_type, device_os, device_browser, device_ip)
 select (lpad(to_hex($3::bigint + i), 12, '0') || '7000' || '8' || lpad(to_hex(i), 15, '0'))::uuid,
-       md5('device-' || i)::uuid, 'Active', now(), now(),
+       md5('device-' || i)::uuid, 'Active', now() - interval '20 minutes',
+       now() - random() * $5::float8 * interval '1 second',
        $4, 'Desktop', 'Windows 10', 'Chrome 138', '203.0.113.' || (i % 256)
 from generate_series($1::bigint, $2::bigint) as i
 """
@@ -257,17 +261,23 @@ async def migrate_up_to(conn: asyncpg.Connection[Any], before: int) -> None:
                 await conn.execute(INSERT_APPLIED, migration.version, migration.name)
 
 
-async def seed(conn: asyncpg.Connection[Any], sessions: int, history: int) -> dict[str, Any]:
-    """History first (older rows, lower pages), then the Active sessions; vacuumed, analysed
-    and checkpointed as a table in service would be."""
+async def seed(
+    conn: asyncpg.Connection[Any], sessions: int, history: int, period: float = 60.0
+) -> dict[str, Any]:
+    """The Active sessions, then the history; vacuumed, analysed and checkpointed as a table
+    in service would be. The Active rows go first so that they lie together on their own
+    pages, as the newest sessions of a table in service do: inserted after the history, the
+    free space map would put many of them one by one into the history's pages (a history
+    row is larger, so its pages' last gaps still take an Active row), and the first minute
+    after a checkpoint would pay a full-page image for each of those pages."""
     started = time.perf_counter()
     now_ms = int(time.time() * 1000)
+    for first in range(1, sessions + 1, SEED_STEP):
+        last = min(first + SEED_STEP - 1, sessions)
+        await conn.execute(SEED_ACTIVE, first, last, now_ms, USER_AGENT, period)
     for first in range(0, history, SEED_STEP):
         last = min(first + SEED_STEP, history) - 1
         await conn.execute(SEED_HISTORY, first, last, now_ms - 10**10, sessions, USER_AGENT)
-    for first in range(1, sessions + 1, SEED_STEP):
-        last = min(first + SEED_STEP - 1, sessions)
-        await conn.execute(SEED_ACTIVE, first, last, now_ms, USER_AGENT)
     await conn.execute("vacuum analyze user_activity.sessions")
     await conn.execute("checkpoint")
     shape = await conn.fetchrow(ROW_SHAPE)
@@ -620,7 +630,7 @@ async def phase(
                 await conn.execute(
                     f"alter table user_activity.sessions reset ({', '.join(storage_parameters())})"
                 )
-            seeded = await seed(conn, args.sessions, args.history)
+            seeded = await seed(conn, args.sessions, args.history, args.period)
         finally:
             await conn.close()
         print(json.dumps({"phase": name, "seed": seeded}), file=sys.stderr, flush=True)
