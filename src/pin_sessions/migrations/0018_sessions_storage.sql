@@ -4,7 +4,7 @@
 -- devices the table gets A/60 new row versions a second (16,667/s at 1M), each with a new
 -- entry in every index, and as many dead versions. The indexes stay as the seed defines them;
 -- what this sets is the room on the table's pages and how soon autovacuum comes back.
--- The arithmetic behind each number is in BENCHMARKS.md ("The heartbeat's storage").
+-- Measured in BENCHMARKS.md ("The heartbeat's storage").
 --
 -- A session row with a real browser's device columns is about 220 bytes with its line
 -- pointer: about 37 rows fill an 8 KB page.
