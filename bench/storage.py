@@ -3,7 +3,7 @@
     python bench/storage.py [--sessions 1000000] [--minutes 30] [--sample 60] [--settle 5]
                             [--window 5] [--period 60] [--batch 32] [--connections 4]
                             [--history 0] [--baseline]
-    python bench/storage.py --cold [--sessions 1000000] [--cold-sample 1000] [--cold-rounds 6]
+    python bench/storage.py --cold [--sessions 1000000] [--cold-sample 1000] [--cold-rounds 3]
     python bench/storage.py --migration [--sessions 1000000] [--hold 5] [--lock-timeout 1]
 
 **Sustained run** (the default). Seeds ``--sessions`` Active sessions with a real browser's
