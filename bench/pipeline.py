@@ -204,7 +204,10 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("warning")  # JSON lines on stderr; the result alone on stdout
     results: dict[str, Any] = {"rate": args.rate, "durationSeconds": args.duration}
-    with tempfile.TemporaryDirectory() as workdir, test_server(Path(workdir)) as admin_dsn:
+    with (
+        tempfile.TemporaryDirectory() as workdir,
+        test_server(Path(workdir), settings={}) as admin_dsn,
+    ):
         args.pgdata = Path(workdir) / "pg"
         databases = DatabaseFactory(admin_dsn)
         databases.prepare_template()
@@ -219,7 +222,7 @@ def main() -> None:
                     databases.drop(dsn)
         finally:
             broker.stop()
-            databases.drop_template()
+            databases.close()
     print(json.dumps(results, indent=2))
 
 

@@ -18,7 +18,7 @@ from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import Settings, load_settings
 from tests.support.http import LiveServer, in_process
-from tests.support.postgres import DatabaseFactory, test_server
+from tests.support.postgres import THROWAWAY_SERVER_SETTINGS, DatabaseFactory, test_server
 
 TEST_SECRET_KEY = "test-secret-key-long-enough-for-every-derived-key"
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -46,13 +46,14 @@ def captured_logs() -> LogCapture:
 
 @pytest.fixture(scope="session")
 def databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseFactory]:
-    with test_server(tmp_path_factory.mktemp("postgres")) as admin_dsn:
+    workdir = tmp_path_factory.mktemp("postgres")
+    with test_server(workdir, settings=THROWAWAY_SERVER_SETTINGS) as admin_dsn:
         factory = DatabaseFactory(admin_dsn)
         factory.prepare_template()
         try:
             yield factory
         finally:
-            factory.drop_template()
+            factory.close()
 
 
 @pytest.fixture
