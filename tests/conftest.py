@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -37,6 +38,19 @@ _LOGS = LogCapture()
 @pytest.fixture(scope="session", autouse=True)
 def _json_logs() -> None:
     configure_logging("info", stream=_LOGS)
+
+
+@pytest.fixture(autouse=True)
+async def _tasks_end_with_their_test() -> AsyncIterator[None]:
+    """Tests share their process's event loop (one browser per process needs it): what a test
+    leaves running is cancelled as it ends, as closing a loop of its own did."""
+    before = asyncio.all_tasks()
+    yield
+    left = asyncio.all_tasks() - before - {asyncio.current_task()}
+    for task in left:
+        task.cancel()
+    if left:
+        await asyncio.wait(left, timeout=10)
 
 
 @pytest.fixture
