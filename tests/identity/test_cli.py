@@ -1,4 +1,5 @@
-"""``pin-sessions token m2m`` and ``pin-sessions users grant|revoke`` as real subprocesses."""
+"""``pin-sessions token m2m`` and ``pin-sessions users grant|revoke``: called in process, but
+for the first test, which runs the real program and uses the token it prints."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ import httpx
 import jwt
 
 from tests.identity.flows import new_phone, refresh, sign_in
+from tests.support.cli import Ran, run_cli
 from tests.support.processes import pin_sessions
 from tests.support.tokens import verified_claims
 
 MANAGER = "user-activity.history.view-by-user"
 
 
-def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, env: dict[str, str]) -> Ran:
+    return run_cli(*args, env=env)
+
+
+def _run_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     process = pin_sessions(*args, env=env)
     out, err = process.communicate(timeout=60)
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
@@ -31,7 +37,7 @@ def _claims(token: str) -> dict[str, Any]:
 async def test_token_m2m_prints_a_scoped_machine_token(
     settings_env: dict[str, str], http: httpx.AsyncClient
 ) -> None:
-    result = _run(
+    result = _run_process(
         "token",
         "m2m",
         "--client",

@@ -12,6 +12,7 @@ import pytest
 from pin_sessions.cli.up import with_up_defaults
 from pin_sessions.settings import load_settings
 from tests.conftest import TEST_SECRET_KEY
+from tests.support.cli import run_cli
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
 from tests.support.sms_gateways import CONFIGURED_GATEWAY
 
@@ -90,6 +91,8 @@ def test_up_shows_sign_in_codes_unless_pin_dev_codes_or_prod_says_otherwise(
 
 
 def test_a_bad_setting_exits_2_naming_the_variable(tmp_path: Path) -> None:
+    """Real processes: the exit status and the one line on stderr are the program's own (the
+    other refusals call ``main`` in process)."""
     for command in (["serve"], ["up"], ["migrate"]):
         process = pin_sessions(
             *command, env={"PIN_EXPIRE_SESSIONS__BATCH_SIZE": "0", "PIN_DATA_DIR": str(tmp_path)}
@@ -106,20 +109,19 @@ def test_a_bad_setting_exits_2_naming_the_variable(tmp_path: Path) -> None:
 def test_a_duration_out_of_range_exits_2_naming_the_variable(
     raw: str, rule: str, tmp_path: Path
 ) -> None:
-    process = pin_sessions(
+    ran = run_cli(
         "migrate",
         env={"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL": raw, "PIN_DATA_DIR": str(tmp_path)},
     )
-    _, err = process.communicate(timeout=30)
-    assert process.returncode == 2
-    assert err.strip() == f"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL {rule}"
+    assert ran.returncode == 2
+    assert ran.stderr.strip() == f"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL {rule}"
 
 
 def test_a_short_secret_under_its_old_name_starts_with_warnings_that_keep_it_secret(
     database_url: str, tmp_path: Path
 ) -> None:
     secret = "short-but-set"
-    process = pin_sessions(
+    ran = run_cli(
         "migrate",
         env={
             "PIN_ENV": "prod",
@@ -129,28 +131,24 @@ def test_a_short_secret_under_its_old_name_starts_with_warnings_that_keep_it_sec
             **CONFIGURED_GATEWAY,
         },
     )
-    out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
-    assert out.strip() == '{"applied": []}'
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == '{"applied": []}'
     warnings = [
         event["event"]
-        for event in map(json.loads, filter(None, err.splitlines()))
+        for event in map(json.loads, filter(None, ran.stderr.splitlines()))
         if event.get("level") == "warning"
     ]
     assert warnings == [
         "PIN_JWT_SECRET is deprecated: set PIN_SECRET_KEY instead",
         "PIN_SECRET_KEY is shorter than recommended",
     ]
-    assert secret not in err
+    assert secret not in ran.stderr
 
 
 def test_migrate_prints_what_it_applied(database_url: str, tmp_path: Path) -> None:
-    process = pin_sessions(
-        "migrate", env={"PIN_DATABASE_URL": database_url, "PIN_DATA_DIR": str(tmp_path)}
-    )
-    out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
-    assert out.strip() == '{"applied": []}'
+    ran = run_cli("migrate", env={"PIN_DATABASE_URL": database_url, "PIN_DATA_DIR": str(tmp_path)})
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == '{"applied": []}'
 
 
 def test_serve_runs_the_api_only(database_url: str, tmp_path: Path) -> None:
