@@ -19,6 +19,7 @@ from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import Settings, load_settings
 from tests.support.http import LiveServer, in_process
+from tests.support.markers import mark_e2e
 from tests.support.postgres import THROWAWAY_SERVER_SETTINGS, DatabaseFactory, test_server
 
 TEST_SECRET_KEY = "test-secret-key-long-enough-for-every-derived-key"
@@ -33,6 +34,12 @@ class LogCapture(io.StringIO):
 
 
 _LOGS = LogCapture()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``e2e`` on every test that starts a process, serves HTTP or drives a browser or broker
+    (tests/support/markers.py): ``make check`` runs the others."""
+    mark_e2e(items)
 
 
 @pytest.fixture(scope="session", autouse=True)
