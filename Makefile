@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test check lint bench clean
+.PHONY: up test check lint bench clean kafka-broker
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# `make up PORT=8080` (and `HOST=0.0.0.0`) set PIN_HTTP__PORT (PIN_HTTP__HOST) for `up`; unset,
+# the environment's, else 127.0.0.1:8000.
 up: $(RUNTIME_STAMP)
-	$(BIN)/pin-sessions up
+	$(if $(HOST),PIN_HTTP__HOST=$(HOST) )$(if $(PORT),PIN_HTTP__PORT=$(PORT) )$(BIN)/pin-sessions up
 
 # The tracker's build tools (esbuild, tsc), pinned by clients/js/package-lock.json; the tests
 # build it and check the copies the service serves.
@@ -34,7 +36,12 @@ JS_STAMP := clients/js/node_modules/.package-lock.json
 $(JS_STAMP): clients/js/package.json clients/js/package-lock.json
 	cd clients/js && npm ci --no-audit --no-fund
 
-test: $(STAMP) $(JS_STAMP)
+# The tests' Kafka broker: Apache Kafka's jars from Maven Central (tests/kafka-broker/pom.xml),
+# fetched once per build file into .cache/ (needs Java 17+ and Maven; `up` needs neither).
+kafka-broker: $(STAMP)
+	$(BIN)/python -m tests.support.kafka_dist
+
+test: $(STAMP) $(JS_STAMP) kafka-broker
 	$(BIN)/pytest
 
 lint: $(STAMP)

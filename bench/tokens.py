@@ -32,7 +32,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,8 @@ LUA_SCRIPT = BENCH_DIR / "oauth_token.lua"
 SECRET = "b" * 48
 HS256_SECRET = b"h" * 48
 NOW = datetime.now(UTC).replace(microsecond=0)
+# The longest the first read of the key set may take.
+WAIT = timedelta(seconds=10)
 
 
 def _environment(dsn: str, data_dir: str) -> dict[str, str]:
@@ -80,18 +82,19 @@ async def verification(dsn: str, env: dict[str, str], args: argparse.Namespace) 
     settings = load_settings(env)
     database = Database(dsn, max_size=1)
     runtime = build_runtime(settings, dsn, clock=FixedClock(NOW), database=database)
+    keys = KeySet(
+        PublishedKeys(database), CollectorRegistry(), clock=runtime.clock, wait_limit=WAIT
+    )
     await database.open()
     try:
         async with database.connection() as conn:
             signed = await build_token_signer(runtime).access_token(
-                conn, uuid.uuid4(), uuid.uuid4(), now=NOW
+                conn, uuid.uuid4(), uuid.uuid4(), now=NOW, auth_time=NOW
             )
         es256 = signed.token
         claims = jwt.decode(es256, options={"verify_signature": False})
         hs256 = jwt.encode(claims, HS256_SECRET, algorithm="HS256")
-        verifier = TokenVerifier(
-            KeySet(PublishedKeys(database), CollectorRegistry()), settings.public_url
-        )
+        verifier = TokenVerifier(keys, settings.effective_public_url)
         await verifier.verify(es256, now=NOW)  # the key set is read once, here
 
         async def es256_round() -> float:
@@ -113,6 +116,7 @@ async def verification(dsn: str, env: dict[str, str], args: argparse.Namespace) 
             es.append(await es256_round())
             hs.append(hs256_round())
     finally:
+        await keys.close()
         await database.close()
     return {
         "es256CachedKeyPerSecond": round(max(es)),

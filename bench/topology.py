@@ -3,10 +3,12 @@
     flock /tmp/pin-bench.lock python bench/topology.py [--seconds 90] [--devices 40]
 
 Two OS processes of every role (API, expire-sessions, activity-closer, relay, both
-consumers) on one PostgreSQL and, for Kafka, one Tansu broker, started as
-``deploy/compose.yaml`` starts them. Loopback clients drive devices through both APIs
-for ``--seconds``; a quarter in, one process of each role is killed with SIGKILL and
-started again, then the broker is frozen for ``--broker-pause`` seconds. Once every
+consumers) on one PostgreSQL and, for Kafka, a three-node Apache Kafka cluster (topics
+replicated three times), started as ``deploy/compose.yaml`` starts them. Loopback clients
+drive devices through both APIs for ``--seconds``; a quarter in, one process of each role is
+killed with SIGKILL and started again, then the broker fails over: the leader of a
+session-ended partition is killed (SIGKILL), a second node for ``--broker-pause`` seconds,
+and both started again. Once every
 session is closed and every event applied, the books are reconciled (the assertions of
 ``tests/support/topology.py``) and the summary printed: events, duplicates delivered
 and absorbed, the longest lag from a session's close to its dev-stats fact. Once per bus.
@@ -24,14 +26,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.kafka import TansuBroker
+from tests.support.kafka import KafkaCluster
 from tests.support.postgres import DatabaseFactory, test_server
 from tests.support.topology import Plan, Topology, drive, reconcile, settle
 
 from pin_sessions.platform.logging import configure_logging
 
 
-async def _run(dsn: str, workdir: Path, broker: TansuBroker | None, plan: Plan) -> Any:
+async def _run(dsn: str, workdir: Path, broker: KafkaCluster | None, plan: Plan) -> Any:
     topology = Topology(dsn, workdir, broker, plan)
     await topology.prepare()
     with topology.running():
@@ -63,7 +65,7 @@ def main() -> None:
         try:
             for bus in ("postgres", "kafka"):
                 dsn = databases.create()
-                broker = TansuBroker() if bus == "kafka" else None
+                broker = KafkaCluster(3) if bus == "kafka" else None
                 try:
                     if broker is not None:
                         broker.start()

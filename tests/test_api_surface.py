@@ -10,6 +10,8 @@ import pytest
 
 from pin_sessions.bootstrap import build_api, build_runtime
 from pin_sessions.settings import load_settings
+from tests.support.http import in_process
+from tests.support.sms_gateways import CONFIGURED_GATEWAY
 
 SPEC_ROUTES = [
     ("post", "/api/identity/sign-in/requests"),
@@ -72,18 +74,19 @@ async def test_docs_load_nothing_from_another_host(http: httpx.AsyncClient) -> N
 
 
 # What each route answers besides its success (SPEC §4): 503 wherever the database is
-# asked, 413 wherever a body is read, 401 wherever a Bearer token is read.
+# asked, 413 wherever a body is read, 401 and 400 (a second Authorization header, SPEC §11)
+# wherever a Bearer token is read.
 DECLARED_ERRORS = {
     ("post", "/api/identity/sign-in/requests"): {400, 413, 422, 429, 503},
     ("post", "/api/identity/sign-in/confirm"): {400, 404, 409, 410, 413, 422, 429, 503},
     ("post", "/api/identity/sessions/refresh"): {400, 401, 413, 422, 503},
-    ("get", "/api/identity/sessions"): {401, 503},
+    ("get", "/api/identity/sessions"): {400, 401, 503},
     ("post", "/api/identity/sessions/logout"): {400, 401, 413, 422, 503},
     ("delete", "/api/identity/sessions/{sessionId}"): {400, 401, 404, 413, 422, 503},
     ("delete", "/api/identity/sessions"): {400, 401, 413, 422, 503},
-    ("get", "/api/identity/me/export"): {401, 404, 503},
+    ("get", "/api/identity/me/export"): {400, 401, 404, 503},
     ("delete", "/api/identity/me"): {400, 401, 413, 422, 503},
-    ("get", "/api/user-activity/me/export"): {401, 404, 503},
+    ("get", "/api/user-activity/me/export"): {400, 401, 404, 503},
     ("post", "/api/user-activity/sessions/start"): {400, 401, 413, 422, 503},
     ("post", "/api/user-activity/sessions/heartbeat"): {400, 401, 413, 422, 503},
     ("post", "/api/user-activity/sessions/link"): {400, 401, 413, 422, 503},
@@ -92,7 +95,7 @@ DECLARED_ERRORS = {
     ("post", "/api/user-activity/property-views"): {400, 401, 413, 422, 503},
     ("post", "/api/user-activity/property-views/{viewId}/end"): {400, 401, 404, 413, 422, 503},
     ("get", "/api/user-activity/users/{userId}/sessions"): {400, 401, 403, 422, 503},
-    ("get", "/api/user-activity/sessions/open-count"): {401, 403, 503},
+    ("get", "/api/user-activity/sessions/open-count"): {400, 401, 403, 503},
     ("get", "/internal/sessions/{anonymousId}/link"): {400, 401, 403, 404, 503},
     ("get", "/internal/users/{userId}/sessions"): {400, 401, 403, 422, 503},
     ("get", "/api/dev-stats/sessions/summary"): {400, 401, 403, 503},
@@ -100,8 +103,8 @@ DECLARED_ERRORS = {
     ("get", "/readyz"): {503},
     ("get", "/metrics"): set(),
     ("get", "/dev/sign-in-codes/{requestId}"): {404, 422, 503},
-    ("post", "/oauth/token"): {400, 401, 413, 503},
-    ("post", "/oauth/introspect"): {400, 401, 413, 503},
+    ("post", "/oauth/token"): {400, 401, 413, 429, 503},
+    ("post", "/oauth/introspect"): {400, 401, 413, 429, 503},
     ("get", "/.well-known/jwks.json"): {503},
     ("get", "/.well-known/oauth-authorization-server"): set(),
     ("post", "/dev/dev-stats/viewers"): {400, 413, 422, 503},
@@ -117,7 +120,8 @@ ANONYMOUS_ID_READERS = {
     ("post", "/api/user-activity/property-views/{viewId}/end"): True,
 }
 PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
-# SPEC §8: the OAuth endpoints answer their own errors in RFC 6749 §5.2's JSON.
+# SPEC §8: the OAuth endpoints answer their own errors in RFC 6749 §5.2's JSON (and their
+# 429 past the failure limit of SPEC §11 alike).
 OAUTH_ROUTES = {("post", "/oauth/token"), ("post", "/oauth/introspect")}
 OAUTH_ERROR_CONTENT = {
     "application/json": {"schema": {"$ref": "#/components/schemas/OAuthErrorOut"}}
@@ -152,7 +156,7 @@ def test_every_error_is_declared_as_the_one_problem_json_schema_oauth_errors_asi
 ) -> None:
     for key, operation in _operations(document).items():
         for status, response in operation["responses"].items():
-            if key in OAUTH_ROUTES and status in ("400", "401"):
+            if key in OAUTH_ROUTES and status in ("400", "401", "429"):
                 assert response["content"] == OAUTH_ERROR_CONTENT, (key, status)
             elif int(status) >= 400:
                 assert response["content"] == PROBLEM_CONTENT, (key, status)
@@ -224,3 +228,90 @@ async def test_the_development_routes_are_documented_only_where_they_are_mounted
     development = {"/dev/sign-in-codes/{requestId}", "/dev/dev-stats/viewers"}
     assert development <= set(document["paths"])
     assert not development & set(openapi_paths)
+
+
+USER: list[dict[str, list[str]]] = [{"bearer": []}]
+GUEST_OR_USER: list[dict[str, list[str]]] = [{}, {"bearer": []}]
+# Who may call each operation, as Swagger UI's Authorize uses it: user routes the bearer
+# scheme (optional where a guest may call), internal routes the OAuth 2 scheme with their
+# scopes (any one of them); no entry: no credentials.
+SECURITY = {
+    ("get", "/api/identity/sessions"): USER,
+    ("post", "/api/identity/sessions/logout"): USER,
+    ("delete", "/api/identity/sessions/{sessionId}"): USER,
+    ("delete", "/api/identity/sessions"): USER,
+    ("get", "/api/identity/me/export"): USER,
+    ("delete", "/api/identity/me"): USER,
+    ("get", "/api/user-activity/me/export"): USER,
+    ("post", "/api/user-activity/sessions/start"): GUEST_OR_USER,
+    ("post", "/api/user-activity/sessions/heartbeat"): GUEST_OR_USER,
+    ("post", "/api/user-activity/sessions/link"): USER,
+    ("get", "/api/user-activity/sessions"): GUEST_OR_USER,
+    ("post", "/api/user-activity/actions"): GUEST_OR_USER,
+    ("post", "/api/user-activity/property-views"): GUEST_OR_USER,
+    ("post", "/api/user-activity/property-views/{viewId}/end"): GUEST_OR_USER,
+    ("get", "/api/user-activity/users/{userId}/sessions"): USER,
+    ("get", "/api/user-activity/sessions/open-count"): USER,
+    ("get", "/api/dev-stats/sessions/summary"): USER,
+    ("get", "/internal/sessions/{anonymousId}/link"): [{"oauth2": ["user-activity.internal"]}],
+    ("get", "/internal/users/{userId}/sessions"): [
+        {"oauth2": ["user-activity.internal"]},
+        {"oauth2": ["admin"]},
+    ],
+}
+
+
+def test_the_document_declares_bearer_and_client_credentials_and_each_operations_security(
+    document: dict[str, Any],
+) -> None:
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["bearer"] | {"description": ""} == {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": "",
+    }
+    assert schemes["oauth2"]["type"] == "oauth2"
+    [flow] = schemes["oauth2"]["flows"].items()
+    assert flow[0] == "clientCredentials"
+    assert flow[1]["tokenUrl"] == "/oauth/token"
+    assert set(flow[1]["scopes"]) == {"user-activity.internal", "admin"}
+    declared = {
+        key: operation["security"]
+        for key, operation in _operations(document).items()
+        if "security" in operation
+    }
+    assert declared == SECURITY
+    assert "security" not in document  # no global default: an operation says it or is open
+    # Whatever reads a Bearer token says so: every 401 but the refresh token's and the
+    # OAuth endpoints' (client authentication) belongs to a secured operation.
+    for key, operation in _operations(document).items():
+        if "401" in operation["responses"] and key not in OAUTH_ROUTES:
+            assert key in SECURITY or key == ("post", "/api/identity/sessions/refresh"), key
+
+
+# SPEC §11: in prod the API's clients see neither its map nor its metrics.
+PROD_SURFACE = ("/docs", "/docs/assets/swagger-ui-bundle.js", "/openapi.json", "/metrics")
+
+
+@pytest.mark.parametrize(
+    ("environ", "served"),
+    [
+        ({}, set(PROD_SURFACE)),
+        ({"PIN_ENV": "prod", **CONFIGURED_GATEWAY}, set()),
+        (
+            {"PIN_ENV": "prod", "PIN_HTTP__DOCS": "1", **CONFIGURED_GATEWAY},
+            {"/docs", "/docs/assets/swagger-ui-bundle.js", "/openapi.json"},
+        ),
+        ({"PIN_HTTP__DOCS": "0"}, {"/metrics"}),
+    ],
+)
+async def test_prod_serves_docs_only_when_asked_and_metrics_never_on_the_api_port(
+    settings_env: dict[str, str], database_url: str, environ: dict[str, str], served: set[str]
+) -> None:
+    settings = load_settings({**settings_env, **environ})
+    async with in_process(build_api(build_runtime(settings, database_url))) as http:
+        statuses = {path: (await http.get(path)).status_code for path in PROD_SURFACE}
+        assert (await http.get("/readyz")).status_code == 200
+    assert {path for path, status in statuses.items() if status == 200} == served
+    assert {status for path, status in statuses.items() if path not in served} <= {404}

@@ -1,5 +1,6 @@
-// Builds the tracker with esbuild: an ES module and a script-tag (IIFE, global `PinTracker`)
-// build, minified, with source maps, into dist/ with the type declarations.
+// Builds the tracker with esbuild: an ES module, a CommonJS module (for `require`) and a
+// script-tag (IIFE, global `PinTracker`) build, minified, with source maps, into dist/ with
+// the type declarations (one copy for `import`, one for `require`).
 //
 //   node build.mjs            dist/ (what `npm pack` ships)
 //   node build.mjs --service  dist/ and the copies the service serves from its package data
@@ -9,14 +10,19 @@ import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 
 const SERVICE_STATIC = "../../src/pin_sessions/web/static";
+// `service`: the builds the service serves (/static/pin-tracker.js, /static/pin-tracker.iife.js).
 const BUILDS = [
-  { format: "esm", outfile: "dist/pin-tracker.js" },
-  { format: "iife", globalName: "PinTracker", outfile: "dist/pin-tracker.iife.js" },
+  { service: true, options: { format: "esm", outfile: "dist/pin-tracker.js" } },
+  { service: false, options: { format: "cjs", outfile: "dist/pin-tracker.cjs" } },
+  {
+    service: true,
+    options: { format: "iife", globalName: "PinTracker", outfile: "dist/pin-tracker.iife.js" },
+  },
 ];
 
 async function outputs() {
   const files = [];
-  for (const options of BUILDS) {
+  for (const { service, options } of BUILDS) {
     const result = await build({
       entryPoints: ["src/pin-tracker.js"],
       bundle: true,
@@ -28,7 +34,7 @@ async function outputs() {
       write: false,
       ...options,
     });
-    files.push(...result.outputFiles);
+    files.push(...result.outputFiles.map((file) => ({ file, service })));
   }
   return files;
 }
@@ -36,7 +42,7 @@ async function outputs() {
 const files = await outputs();
 const mode = process.argv[2];
 if (mode === "--check") {
-  const stale = files.filter((file) => {
+  const stale = files.filter(({ service }) => service).map(({ file }) => file).filter((file) => {
     try {
       return !readFileSync(join(SERVICE_STATIC, basename(file.path))).equals(Buffer.from(file.contents));
     } catch {
@@ -48,8 +54,12 @@ if (mode === "--check") {
   process.exit(stale.length ? 1 : 0);
 }
 mkdirSync("dist", { recursive: true });
-for (const file of files) {
+for (const { file, service } of files) {
   writeFileSync(file.path, file.contents);
-  if (mode === "--service") writeFileSync(join(SERVICE_STATIC, basename(file.path)), file.contents);
+  if (mode === "--service" && service) {
+    writeFileSync(join(SERVICE_STATIC, basename(file.path)), file.contents);
+  }
 }
+// The same declarations describe the ES module and, as a .d.cts, the CommonJS one.
 copyFileSync("src/pin-tracker.d.ts", "dist/pin-tracker.d.ts");
+copyFileSync("src/pin-tracker.d.ts", "dist/pin-tracker.d.cts");

@@ -11,6 +11,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import asyncpg
@@ -19,46 +20,54 @@ from prometheus_client import CollectorRegistry
 from pin_sessions.dev_stats import routes as dev_stats_routes
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErasedConsumer
+from pin_sessions.identity import events as identity_events
 from pin_sessions.identity import http as identity_http
 from pin_sessions.identity import oauth_http
+from pin_sessions.identity.client_authentication import ClientAuthentication
 from pin_sessions.identity.clients import DisabledClients, ServiceClients
 from pin_sessions.identity.codes import DEV_CODE_KEY_PURPOSE, DevCodes
 from pin_sessions.identity.domain import SignInLimits
 from pin_sessions.identity.jobs import expire_sessions, session_retention, signing_keys
 from pin_sessions.identity.keys import KeyCipher, PublishedKeys, SigningKeyOperations
 from pin_sessions.identity.liveness import RefreshSessionLiveness
-from pin_sessions.identity.oauth import OAuthServer
+from pin_sessions.identity.oauth import TOKEN_PATH, OAuthServer
 from pin_sessions.identity.operations import IdentityOperations, random_code
 from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.identity.sms import build_code_sender
 from pin_sessions.identity.user_data import UserData
 from pin_sessions.platform.auth import Authenticator
 from pin_sessions.platform.clock import Clock, SystemClock
-from pin_sessions.platform.database import Bounds, Database
+from pin_sessions.platform.database import CLIENT_TIMEOUT_GRACE, Bounds, Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
+from pin_sessions.platform.erasure import USER_ERASED_TOPIC
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.fast_path import ServiceApp
+from pin_sessions.platform.http.security_schemes import install_security_schemes
 from pin_sessions.platform.jobs import Job, PollingWorker
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.platform.messaging.kafka import KafkaConsumer
+from pin_sessions.platform.messaging.kafka_admin import TopicPolicy
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.pgbus import PostgresBusConsumer
 from pin_sessions.platform.messaging.relay import OutboxRelay
 from pin_sessions.platform.messaging.runner import ConsumerRunner, Handler
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.migrations import migrate
+from pin_sessions.platform.permissions import SCOPE_DESCRIPTIONS
 from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
 from pin_sessions.platform.tokens import ACCESS_TOKEN_TTL, TokenVerifier
-from pin_sessions.settings import PollingSettings, Settings
+from pin_sessions.settings import KafkaSettings, PollingSettings, Settings
+from pin_sessions.user_activity import events as user_activity_events
 from pin_sessions.user_activity import http as user_activity_http
 from pin_sessions.user_activity import internal_http as user_activity_internal_http
 from pin_sessions.user_activity.consumers import SignedInConsumer
 from pin_sessions.user_activity.consumers import UserErasedConsumer as ActivityUserErasedConsumer
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.jobs import activity_closer, activity_retention
+from pin_sessions.user_activity.linking import StaleLinks
 from pin_sessions.user_activity.user_data import ActivityData
 from pin_sessions.web import http as web_http
 
@@ -156,30 +165,56 @@ def worker_database(settings: Settings, dsn: str, *, max_size: int | None = None
     )
 
 
+def build_heartbeats(runtime: Runtime) -> Heartbeats:
+    """The heartbeat writer: a device whose row is locked waits as for a pool connection,
+    and such devices may hold at most half the pool, leaving the rest to everyone else."""
+    options = runtime.settings.database
+    return Heartbeats(
+        runtime.database,
+        runtime.registry,
+        alone_limit=max(1, options.pool_max // 2),
+        alone_wait=options.acquire_timeout,
+    )
+
+
 def build_key_cipher(runtime: Runtime) -> KeyCipher:
     """Seals and opens the signing keys' private halves under a key of the master secret."""
     return KeyCipher(runtime.secrets)
 
 
 def build_token_signer(runtime: Runtime) -> TokenSigner:
-    """Mints every token with the Current signing key, as ``PIN_PUBLIC_URL``."""
+    """Mints every token with the Current signing key, as the public URL (the issuer)."""
     settings = runtime.settings
     return TokenSigner(
-        build_key_cipher(runtime), settings.public_url, m2m_token_ttl=settings.m2m_token_ttl
+        build_key_cipher(runtime),
+        settings.effective_public_url,
+        m2m_token_ttl=settings.m2m_token_ttl,
     )
+
+
+def _call_bound(runtime: Runtime) -> timedelta:
+    """How long a request may wait for a read of shared state: one API call (SPEC §11)."""
+    return runtime.settings.database.statement_timeout + CLIENT_TIMEOUT_GRACE
 
 
 def build_key_set(runtime: Runtime) -> KeySet:
     """The process's cache of the published keys: one per process, on its registry."""
-    return KeySet(PublishedKeys(runtime.database), runtime.registry)
+    return KeySet(
+        PublishedKeys(runtime.database),
+        runtime.registry,
+        clock=runtime.clock,
+        wait_limit=_call_bound(runtime),
+    )
 
 
-def build_authenticator(runtime: Runtime, key_set: KeySet) -> Authenticator:
+def build_authenticator(
+    runtime: Runtime, key_set: KeySet, clients: DisabledClients
+) -> Authenticator:
     """Bearer authentication for every context; identity answers for sessions and clients."""
     return Authenticator(
-        TokenVerifier(key_set, runtime.settings.public_url),
+        TokenVerifier(key_set, runtime.settings.effective_public_url),
         RefreshSessionLiveness(runtime.database),
-        DisabledClients(runtime.database),
+        clients,
         runtime.clock,
     )
 
@@ -189,8 +224,11 @@ def build_oauth_server(runtime: Runtime, key_set: KeySet) -> OAuthServer:
     return OAuthServer(
         runtime.database,
         ServiceClients(runtime.database),
+        ClientAuthentication(
+            runtime.database, runtime.settings.oauth.failure_limit, runtime.registry
+        ),
         build_token_signer(runtime),
-        TokenVerifier(key_set, runtime.settings.public_url),
+        TokenVerifier(key_set, runtime.settings.effective_public_url),
         RefreshSessionLiveness(runtime.database),
     )
 
@@ -223,12 +261,21 @@ def build_dev_codes(runtime: Runtime) -> DevCodes | None:
 
 
 def build_http_services(runtime: Runtime, key_set: KeySet | None = None) -> HttpServices:
-    """What every context's routes may ask for (``platform.http.dependencies``)."""
+    """What every context's routes may ask for (``platform.http.dependencies``).
+
+    The key set and the client status are copies the app refreshes in the background
+    from its start to its stop (SPEC §11).
+    """
+    key_set = key_set or build_key_set(runtime)
+    clients = DisabledClients(
+        runtime.database, runtime.registry, clock=runtime.clock, wait_limit=_call_bound(runtime)
+    )
     return HttpServices(
         database=runtime.database,
         clock=runtime.clock,
-        authenticator=build_authenticator(runtime, key_set or build_key_set(runtime)),
+        authenticator=build_authenticator(runtime, key_set, clients),
         trusted_proxies=runtime.settings.trusted_proxies,
+        refreshed=(key_set, clients),
     )
 
 
@@ -253,7 +300,9 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         "key_set": key_set,
         "user_data": UserData(runtime.database),
         "user_activity_data": ActivityData(runtime.database),
-        "heartbeats": Heartbeats(runtime.database, runtime.registry),
+        "heartbeats": build_heartbeats(runtime),
+        "page_features": web_http.PageFeatures(dev_codes=bool(runtime.settings.dev_codes)),
+        "stale_links": StaleLinks(runtime.registry),
     }
     if metrics_view is not None:
         state["registry"] = metrics_view
@@ -262,7 +311,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         # Development codes, and the dashboard's grant of dev-stats.view: never in prod.
         routers += [identity_http.dev_router, web_http.dev_router]
         state["dev_codes"] = dev_codes
-    return create_http_app(
+    app = create_http_app(
         runtime,
         build_http_services(runtime, key_set),
         routers,
@@ -271,6 +320,9 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         # Every device, once a minute: the heartbeat is served ahead of the framework too.
         fast_routes=[user_activity_http.HEARTBEAT_ROUTE],
     )
+    # /docs can try every route: a user's token, or a service's from identity's endpoint.
+    install_security_schemes(app, routers, token_url=TOKEN_PATH, scopes=SCOPE_DESCRIPTIONS)
+    return app
 
 
 OptionsT = TypeVar("OptionsT", bound=PollingSettings)
@@ -345,14 +397,35 @@ CONSUMERS: dict[str, Callable[[CollectorRegistry], Handler]] = {
 }
 
 
+# Every topic the contexts publish to (SPEC §6): the relay creates the missing ones at start,
+# and its principal may write these and no other (SPEC §11, deploy/kubernetes/kafka-users.yaml).
+PUBLISHED_TOPICS = (
+    identity_events.SIGN_INS_TOPIC,
+    identity_events.SESSION_REVOKED_TOPIC,
+    USER_ERASED_TOPIC,
+    user_activity_events.SESSION_LINKED_TOPIC,
+    user_activity_events.SESSION_ENDED_TOPIC,
+    user_activity_events.PROPERTY_OBJECT_VIEW_ENDED_TOPIC,
+)
+
+
+def topic_policy(kafka: KafkaSettings) -> TopicPolicy:
+    return TopicPolicy(kafka.replication_factor, kafka.min_insync_replicas)
+
+
 def build_consumer(runtime: Runtime, name: str, metrics: MessagingMetrics) -> Role:
     """The consumer on Kafka when PIN_KAFKA_BOOTSTRAP_SERVERS is set, else on the PostgreSQL bus."""
     handler = CONSUMERS[name](runtime.registry)
     runner = ConsumerRunner(handler, runtime.database, runtime.clock, metrics)
     bootstrap_servers = runtime.settings.kafka_bootstrap_servers
     if bootstrap_servers:
+        kafka = runtime.settings.kafka
         return KafkaConsumer(
-            runner, bootstrap_servers, metrics, options=runtime.settings.kafka.librdkafka_options()
+            runner,
+            bootstrap_servers,
+            metrics,
+            options=kafka.librdkafka_options(),
+            topic_policy=topic_policy(kafka),
         )
     return PostgresBusConsumer(
         runner, runtime.database, runtime.clock, metrics, all_consumers=sorted(CONSUMERS)
@@ -369,6 +442,7 @@ def build_relay(runtime: Runtime, metrics: MessagingMetrics) -> OutboxRelay:
         metrics,
         bootstrap_servers,
         options=runtime.settings.kafka.librdkafka_options(),
+        topic_policy=topic_policy(runtime.settings.kafka),
     )
 
 

@@ -42,8 +42,14 @@ from pydantic_settings import (
 
 ENV_PREFIX = "PIN_"
 NESTED_DELIMITER = "__"
+# Bytes: what the keys derived from it carry (256 bits); prod refuses less (SPEC §11).
 RECOMMENDED_SECRET_KEY_LENGTH = 32
-DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+# What an unset PIN_PUBLIC_URL means for a process on the default address.
+DEFAULT_PUBLIC_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+# Bind addresses that mean "every interface": no client reaches the service by them.
+_WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104
 # SPEC §8: how long anyone may cache the JWKS (its Cache-Control max-age).
 JWKS_MAX_AGE = timedelta(minutes=5)
 
@@ -204,7 +210,28 @@ def _origin_list(value: Any) -> Any:
     return tuple(origins)
 
 
+def listening_url(host: str, port: int) -> str:
+    """The base URL a person on this machine reaches ``host:port`` by.
+
+    A wildcard bind (``0.0.0.0``, ``::``) is reached on the loopback address; an IPv6
+    literal is bracketed.
+    """
+    reachable = _WILDCARD_HOSTS.get(host, host)
+    if ":" in reachable:
+        reachable = f"[{reachable}]"
+    return f"http://{reachable}:{port}"
+
+
+def is_wildcard_host(host: str) -> bool:
+    """Whether binding ``host`` listens on every interface."""
+    return host in _WILDCARD_HOSTS
+
+
 class HttpSettings(_Group):
+    # SPEC §11: where the API listens (`serve` and `up`); their --host and --port, when
+    # given, win over these for that process.
+    host: Annotated[str, Field(min_length=1)] = DEFAULT_HOST
+    port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
     max_body_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
     # SPEC §8: the browser origins allowed to call /api/** and /.well-known/**; empty is
     # same origin only.
@@ -214,6 +241,12 @@ class HttpSettings(_Group):
     shutdown_delay: Annotated[Duration, AfterValidator(_not_negative)] = timedelta(0)
     # Then requests in flight get this long to finish before their connections are cut.
     shutdown_timeout: PositiveDuration = timedelta(seconds=3)
+    # SPEC §11: a request (headers and body) must arrive within this of the server's
+    # starting to wait for it, or its connection is closed: idle and trickling clients
+    # would otherwise hold a file descriptor each for ever.
+    read_timeout: PositiveDuration = timedelta(seconds=30)
+    # SPEC §11: /docs and /openapi.json; None (unset) serves them outside prod only.
+    docs: bool | None = None
 
 
 class KafkaSettings(_Group):
@@ -234,6 +267,10 @@ class KafkaSettings(_Group):
     ssl_key_password: SecretStr | None = None
     # Whether the broker's certificate must name the host connected to.
     ssl_endpoint_identification: bool = True
+    # Replicas of every topic the service creates (SPEC §11): 3 as production runs, so a
+    # topic is never made with a single copy by a forgotten setting; a one-broker Kafka (a
+    # laptop, the compose file) sets 1, and is told so by name if it does not.
+    replication_factor: int = Field(default=3, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> KafkaSettings:
@@ -263,6 +300,11 @@ class KafkaSettings(_Group):
                 "ssl_key_location", "and PIN_KAFKA__SSL_CERTIFICATE_LOCATION go together"
             )
         return self
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """RF - 1, at least 1: one replica may be away while writes go on (SPEC §11)."""
+        return max(self.replication_factor - 1, 1)
 
     def librdkafka_options(self) -> dict[str, str]:
         """The librdkafka properties every client of ours is given besides its own."""
@@ -416,6 +458,14 @@ class SignInSettings(_Group):
     global_limit: Annotated[int, Field(gt=0)] = 600
 
 
+class OAuthSettings(_Group):
+    """SPEC §11: failed client authentications at /oauth/token and /oauth/introspect."""
+
+    # Failures per minute per client id, and per client address (an IPv6 client's /64),
+    # counted in PostgreSQL across every instance; past it, 429 with Retry-After.
+    failure_limit: Annotated[int, Field(gt=0)] = 10
+
+
 class Settings(BaseSettings):
     """Everything the processes read from their environment."""
 
@@ -432,8 +482,9 @@ class Settings(BaseSettings):
     secret_key: SecretStr | None = None
     # The former name of secret_key, still read (with a warning at start) when it is unset.
     jwt_secret: SecretStr | None = None
-    # The issuer of every token (SPEC §3) and the base of the OAuth metadata's URLs.
-    public_url: Annotated[str, AfterValidator(_public_url)] = DEFAULT_PUBLIC_URL
+    # The issuer of every token (SPEC §3) and the base of the OAuth metadata's URLs; unset,
+    # the address the API listens on (see effective_public_url).
+    public_url: Annotated[str, AfterValidator(_public_url)] | None = None
     m2m_token_ttl: PositiveDuration = timedelta(minutes=15)
     env: Environment = Environment.DEV
     refresh_reuse_interval: Annotated[Duration, AfterValidator(_not_negative)] = timedelta(
@@ -456,7 +507,23 @@ class Settings(BaseSettings):
     http: HttpSettings = HttpSettings()
     sms: SmsSettings = SmsSettings()
     sign_in: SignInSettings = SignInSettings()
+    oauth: OAuthSettings = OAuthSettings()
     kafka: KafkaSettings = KafkaSettings()
+
+    @property
+    def effective_public_url(self) -> str:
+        """``PIN_PUBLIC_URL``, else the API's own address (SPEC §11).
+
+        ``serve`` and ``up`` put the address they really bound into ``http`` before they
+        build anything, so an unset ``PIN_PUBLIC_URL`` follows it, port 0 included.
+        """
+        return self.public_url or listening_url(self.http.host, self.http.port)
+
+    def listening_on(self, host: str, port: int) -> Settings:
+        """These settings as a process that listens on ``host:port`` sees them."""
+        return self.model_copy(
+            update={"http": self.http.model_copy(update={"host": host, "port": port})}
+        )
 
     @property
     def master_secret(self) -> SecretStr | None:
@@ -470,16 +537,33 @@ class Settings(BaseSettings):
 
     @property
     def secret_key_is_short(self) -> bool:
-        """A configured secret under 32 characters: less than the 256 bits the derived keys have."""
+        """A configured secret under 32 bytes: less than the 256 bits the derived keys have."""
         secret = self.master_secret
-        return secret is not None and len(secret.get_secret_value()) < RECOMMENDED_SECRET_KEY_LENGTH
+        return secret is not None and _byte_length(secret) < RECOMMENDED_SECRET_KEY_LENGTH
+
+    @property
+    def serves_docs(self) -> bool:
+        """``/docs`` and ``/openapi.json``: ``PIN_HTTP__DOCS`` when set, else outside prod only."""
+        return self.http.docs if self.http.docs is not None else self.env is not Environment.PROD
+
+    @property
+    def serves_metrics_on_api_port(self) -> bool:
+        """``/metrics`` beside the API outside prod; in prod only on the metrics port (SPEC §11)."""
+        return self.env is not Environment.PROD
 
     @model_validator(mode="after")
     def _prod_refuses_dev_defaults(self) -> Settings:
         if self.env is Environment.PROD:
-            # SPEC §2 asks only that it be set; a short one is warned about at start.
             if self.master_secret is None or not self.master_secret.get_secret_value():
                 raise _SettingError("secret_key", "is required when PIN_ENV=prod")
+            if self.secret_key_is_short:
+                # Named as it was given: the deprecated name is still read.
+                name = "secret_key" if self.secret_key else "jwt_secret"
+                raise _SettingError(
+                    name,
+                    f"must be at least {RECOMMENDED_SECRET_KEY_LENGTH} bytes when PIN_ENV=prod "
+                    "(e.g. openssl rand -hex 32)",
+                )
             if self.database_url is None:
                 raise _SettingError(
                     "database_url", "is required when PIN_ENV=prod (no embedded PostgreSQL)"
@@ -512,6 +596,10 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Only what load_settings read from its mapping: never os.environ behind its back.
         return (init_settings,)
+
+
+def _byte_length(secret: SecretStr) -> int:
+    return len(secret.get_secret_value().encode("utf-8", "surrogatepass"))
 
 
 class _EnvironSource(EnvSettingsSource):

@@ -83,6 +83,15 @@ def test_every_long_running_service_has_a_healthcheck() -> None:
     assert "/readyz" in " ".join(pin_services()[API]["healthcheck"]["test"])
 
 
+def test_the_api_serves_its_metrics_on_the_metrics_port_inside_the_network_only() -> None:
+    """SPEC §11: in prod the API port has no /metrics; the metrics port is never published."""
+    api = pin_services()[API]
+    assert api["environment"]["PIN_ENV"] == "prod"
+    metrics_port = api["environment"]["PIN_METRICS_PORT"]
+    assert metrics_port != "8000"
+    assert all(metrics_port not in str(published) for published in api["ports"])
+
+
 def test_jobs_are_given_the_time_a_graceful_stop_takes() -> None:
     for role in worker_roles():
         if role.startswith("job-"):
@@ -97,5 +106,7 @@ def test_every_role_runs_in_production_against_postgres_and_kafka() -> None:
         assert "PIN_DEV_CODES" not in environment, name
         assert "@postgres:5432/" in environment["PIN_DATABASE_URL"], name
         assert environment["PIN_KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092", name
+        # One broker: the default three replicas could not be placed.
+        assert environment["PIN_KAFKA__REPLICATION_FACTOR"] == "1", name
         # The secret comes from the operator's environment, never a default in the file.
         assert re.fullmatch(r"\$\{PIN_SECRET_KEY:\?[^}]+\}", environment["PIN_SECRET_KEY"]), name

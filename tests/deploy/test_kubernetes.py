@@ -5,18 +5,21 @@ objects wired to the same names the alerts read."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import yaml
 
-from pin_sessions.bootstrap import CONSUMERS
+from pin_sessions.bootstrap import CONSUMERS, PUBLISHED_TOPICS
 from pin_sessions.cli.jobs import JOB_STOP_GRACE_SECONDS
 from pin_sessions.cli.messaging import STOP_GRACE_SECONDS
+from pin_sessions.platform.metrics import new_registry
 from tests.deploy.roles import API, worker_roles
 from tests.deploy.test_dockerfile import parse_dockerfile
 from tests.support.promql import PROJECT_ROOT, alert_rules, rules_files
@@ -118,7 +121,89 @@ PROMETHEUS_RULE = {
         },
     },
 }
-CUSTOM_SCHEMAS = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
+# The fields of Strimzi's kafka.strimzi.io/v1beta2 KafkaUser these manifests use.
+KAFKA_ACL = {
+    "type": "object",
+    "required": ["resource", "operations"],
+    "additionalProperties": False,
+    "properties": {
+        "resource": {
+            "type": "object",
+            "required": ["type", "name", "patternType"],
+            "additionalProperties": False,
+            "properties": {
+                "type": {"enum": ["topic", "group", "cluster", "transactionalId"]},
+                "name": {"type": "string", "minLength": 1},
+                "patternType": {"enum": ["literal", "prefix"]},
+            },
+        },
+        "operations": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "enum": [
+                    "Read",
+                    "Write",
+                    "Create",
+                    "Delete",
+                    "Alter",
+                    "Describe",
+                    "ClusterAction",
+                    "AlterConfigs",
+                    "DescribeConfigs",
+                    "IdempotentWrite",
+                    "All",
+                ]
+            },
+        },
+        "host": {"type": "string"},
+    },
+}
+KAFKA_USER = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "kafka.strimzi.io/v1beta2"},
+        "kind": {"const": "KafkaUser"},
+        "metadata": {
+            "type": "object",
+            "required": ["name", "labels"],
+            "properties": {
+                "name": {"type": "string"},
+                # Which Kafka resource's User Operator makes the user.
+                "labels": {**STRING_MAP, "required": ["strimzi.io/cluster"]},
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["authentication", "authorization"],
+            "additionalProperties": False,
+            "properties": {
+                "authentication": {
+                    "type": "object",
+                    "required": ["type"],
+                    "additionalProperties": False,
+                    "properties": {"type": {"enum": ["scram-sha-512", "tls", "tls-external"]}},
+                },
+                "authorization": {
+                    "type": "object",
+                    "required": ["type", "acls"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "type": {"const": "simple"},
+                        "acls": {"type": "array", "items": KAFKA_ACL},
+                    },
+                },
+            },
+        },
+    },
+}
+CUSTOM_SCHEMAS = {
+    "ServiceMonitor": SERVICE_MONITOR,
+    "PrometheusRule": PROMETHEUS_RULE,
+    "KafkaUser": KAFKA_USER,
+}
 
 
 def kustomization() -> dict[str, Any]:
@@ -184,6 +269,8 @@ def test_every_object_is_valid_against_its_schema() -> None:
         "PodDisruptionBudget": 2 + len(CONSUMERS),
         "ServiceMonitor": 1,
         "PrometheusRule": 1,
+        # The relay and each consumer reach Kafka as a user of their own.
+        "KafkaUser": 1 + len(CONSUMERS),
     }
 
 
@@ -275,6 +362,18 @@ def test_every_worker_is_probed_on_its_metrics_port_and_stops_in_time() -> None:
         assert pod["terminationGracePeriodSeconds"] > grace, role
 
 
+def test_the_api_is_scraped_on_its_metrics_port_not_where_clients_reach_it() -> None:
+    """SPEC §11: in prod /metrics is only on PIN_METRICS_PORT, never on the API port."""
+    container = of_kind("Deployment")["pin-sessions-api"]["spec"]["template"]["spec"]
+    ports = {port["name"]: port["containerPort"] for port in container["containers"][0]["ports"]}
+    assert ports == {"http": 8000, "metrics": METRICS_PORT}
+    service = {
+        port["name"]: port for port in of_kind("Service")["pin-sessions-api"]["spec"]["ports"]
+    }
+    assert service["metrics"]["targetPort"] == "metrics"
+    assert service["http"]["targetPort"] == "http"
+
+
 def test_the_service_monitor_scrapes_every_role_under_the_job_names_the_alerts_use() -> None:
     services = of_kind("Service")
     monitor = of_kind("ServiceMonitor")["pin-sessions"]["spec"]
@@ -313,3 +412,71 @@ def test_the_prometheus_rule_is_generated_from_the_rules_files() -> None:
         for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]
     ]
     assert of_kind("PrometheusRule")["pin-sessions"]["spec"]["groups"] == groups
+
+
+def test_each_kafka_role_is_a_user_of_its_own_allowed_only_its_topics() -> None:
+    """Seed 004, SPEC §11: the relay writes the contexts' topics and nothing else; each
+    consumer reads its one topic under its own group; each Deployment signs in as its user."""
+    users = {name: item["spec"] for name, item in of_kind("KafkaUser").items()}
+    deployments = of_kind("Deployment")
+
+    def acls(user: str) -> set[tuple[str, str, str]]:
+        return {
+            (acl["resource"]["type"], acl["resource"]["name"], operation)
+            for acl in users[user]["authorization"]["acls"]
+            for operation in acl["operations"]
+            if acl["resource"]["patternType"] == "literal"
+        }
+
+    assert {user["authentication"]["type"] for user in users.values()} == {"scram-sha-512"}
+    assert acls("pin-sessions-relay") == {
+        ("topic", topic, operation)
+        for topic in PUBLISHED_TOPICS
+        for operation in ("Create", "Describe", "Write")
+    }
+    for name, build in CONSUMERS.items():
+        topic = build(new_registry()).topic
+        assert acls(f"pin-sessions-consume-{name}") == {
+            ("topic", topic, "Describe"),
+            ("topic", topic, "Read"),
+            ("group", name, "Read"),
+        }
+    assert set(users) == {f"pin-sessions-{role}" for role in ("relay", *kafka_consumers())}
+    for user in users:
+        env = {
+            item["name"]: item
+            for item in _containers(deployments[user])[0]["env"]
+            if item["name"].startswith("PIN_KAFKA__")
+        }
+        assert env["PIN_KAFKA__SECURITY_PROTOCOL"]["value"] == "sasl_ssl", user
+        assert env["PIN_KAFKA__SASL_MECHANISM"]["value"] == "SCRAM-SHA-512", user
+        assert env["PIN_KAFKA__SASL_USERNAME"]["value"] == user
+        secret = env["PIN_KAFKA__SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        assert secret == {"name": user, "key": "password"}
+        mounts = {m["mountPath"] for m in _containers(deployments[user])[0]["volumeMounts"]}
+        assert str(Path(env["PIN_KAFKA__SSL_CA_LOCATION"]["value"]).parent) in mounts, user
+    # Only the roles that reach Kafka carry its credentials.
+    for name, item in deployments.items():
+        if name not in users:
+            names = {e["name"] for e in _containers(item)[0].get("env", [])}
+            assert not {n for n in names if n.startswith("PIN_KAFKA__")}, name
+
+
+def kafka_consumers() -> list[str]:
+    return [f"consume-{name}" for name in CONSUMERS]
+
+
+def test_the_operators_kafka_acls_grant_what_the_manifest_grants() -> None:
+    """docs/operations.md's `kafka-acls` commands, for a Kafka without Strimzi, stay true."""
+    text = (PROJECT_ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    block = text[text.index("KAFKA=kafka-1.internal:9093") :]
+    block = block[: block.index("```")]
+    consumers = set(re.findall(r"^(pin-sessions-consume-\S+) (\S+) (\S+)$", block, re.M))
+    relay = re.search(r"for topic in \\\n(.*?); do", block, re.S)
+
+    assert consumers == {
+        (f"pin-sessions-consume-{name}", build(new_registry()).topic, name)
+        for name, build in CONSUMERS.items()
+    }
+    assert relay is not None
+    assert relay.group(1).replace("\\", " ").split() == list(PUBLISHED_TOPICS)

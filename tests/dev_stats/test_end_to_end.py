@@ -109,9 +109,9 @@ async def test_sign_ins_consumed_after_another_user_took_the_device_leave_one_se
 ) -> None:
     """SPEC §6 late events, the issue's reproduction: counted 3 sessions where there was 1.
 
-    A signs in on a guest device, then B; B's client starts with its token, which links the
-    guest session to B. Only then does identity-signed-in catch up with both sign-ins: A's
-    is older than B's link, so it is stale and closes nothing; B's is B's own.
+    A signs in on a guest device, then B; B's client links the guest session to B. Only
+    then does identity-signed-in catch up with both sign-ins: A's is older than B's link, so
+    it is stale and closes nothing; B's is B's own.
     """
     metrics = MessagingMetrics.register(runtime.registry)
     device = {"X-Anonymous-Id": str(uuid.uuid4())}
@@ -121,13 +121,14 @@ async def test_sign_ins_consumed_after_another_user_took_the_device_leave_one_se
     await _sign_in_on(http, device)
     clock.advance(timedelta(minutes=1))
     second = await _sign_in_on(http, device)
-    b_start = await http.post(
-        "/api/user-activity/sessions/start", headers={**device, **bearer(second)}
+    b_link = await http.post(
+        "/api/user-activity/sessions/link", headers={**device, **bearer(second)}
     )
-    assert (b_start.json()["sessionId"], b_start.json()["userId"]) == (
+    assert (b_link.json()["sessionId"], b_link.json()["userId"]) == (
         session_id,
         second["userId"],
     )
+    await http.post("/api/user-activity/sessions/heartbeat", headers=device)
 
     clock.advance(timedelta(minutes=3))
     await _deliver(runtime, metrics, SignedInConsumer(runtime.registry))
@@ -147,4 +148,4 @@ async def test_sign_ins_consumed_after_another_user_took_the_device_leave_one_se
     await _deliver(runtime, metrics, SessionEndedConsumer())
     body = await _summary(runtime, http)
     assert (body["sessions"], body["userSessions"], body["guestSessions"]) == (1, 1, 0)
-    assert body["avgDurationSeconds"] == 120.0  # started at T0, B's start 2 min later
+    assert body["avgDurationSeconds"] == 120.0  # started at T0, B's heartbeat 2 min later

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from typing import Any
 
 import httpx
 import jwt
 
+from pin_sessions.identity.clients import ServiceClients
+from pin_sessions.platform.runtime import Runtime
 from tests.identity.flows import new_phone, refresh, sign_in
 from tests.support.cli import Ran, run_cli
 from tests.support.processes import pin_sessions
@@ -34,30 +37,72 @@ def _claims(token: str) -> dict[str, Any]:
     return claims
 
 
-async def test_token_m2m_prints_a_scoped_machine_token(
-    settings_env: dict[str, str], http: httpx.AsyncClient
+async def _register(runtime: Runtime, name: str, *scopes: str) -> tuple[str, str]:
+    """A service client as `clients create` registers it: its id and secret."""
+    client, secret = await ServiceClients(runtime.database).create(
+        name, scopes, runtime.clock.now()
+    )
+    return str(client.client_id), secret
+
+
+async def test_token_m2m_mints_what_the_token_endpoint_gives_the_registered_client(
+    settings_env: dict[str, str], http: httpx.AsyncClient, runtime: Runtime
 ) -> None:
-    result = _run_process(
-        "token",
-        "m2m",
-        "--client",
-        "reports",
-        "--scope",
-        "user-activity.internal",
-        "admin",
+    client_id, secret = await _register(runtime, "reports", "user-activity.internal", "admin")
+    # The real program once, for its exit status and its streams; in process below.
+    by_name = _run_process(
+        "token", "m2m", "--client", "reports", "--scope", "user-activity.internal", "admin",
         env=settings_env,
+    )  # fmt: skip
+    assert by_name.returncode == 0, by_name.stderr
+    answer = await http.post(
+        "/oauth/token",
+        data={"grant_type": "client_credentials", "scope": "admin user-activity.internal"},
+        auth=(client_id, secret),
     )
-    assert result.returncode == 0, result.stderr
+    assert answer.status_code == 200, answer.text
     # Signed with the key the API publishes, as the token endpoint's tokens are.
-    claims = await verified_claims(http, result.stdout.strip(), audience="pin-internal")
-    assert (claims["iss"], claims["sub"], claims["client_id"]) == (
-        "http://127.0.0.1:8000",
-        "reports",
-        "reports",
-    )
-    assert claims["scope"] == "admin user-activity.internal"
-    assert claims["exp"] - claims["iat"] == 15 * 60
-    assert "sid" not in claims
+    minted = await verified_claims(http, by_name.stdout.strip(), audience="pin-internal")
+    endpoint = await verified_claims(http, answer.json()["access_token"], audience="pin-internal")
+    # The same claims, with the same values but for the token's own id and times.
+    assert minted.keys() == endpoint.keys()
+    for_this_token = {"jti", "iat", "exp"}
+    assert {k: v for k, v in minted.items() if k not in for_this_token} == {
+        k: v for k, v in endpoint.items() if k not in for_this_token
+    }
+    assert (minted["sub"], minted["client_id"]) == (client_id, client_id)
+    assert minted["scope"] == "admin user-activity.internal"
+    assert minted["exp"] - minted["iat"] == endpoint["exp"] - endpoint["iat"] == 15 * 60
+    assert "sid" not in minted
+
+    # By id, and without --scope: all of the client's scopes, as the endpoint does.
+    by_id = _run("token", "m2m", "--client", client_id, env=settings_env)
+    assert by_id.returncode == 0, by_id.stderr
+    assert _claims(by_id.stdout.strip())["scope"] == "admin user-activity.internal"
+
+
+async def test_token_m2m_refuses_unregistered_clients_and_scopes_not_theirs(
+    settings_env: dict[str, str], http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    client_id, _ = await _register(runtime, "crm", "user-activity.internal")
+    twin, _ = await _register(runtime, "twins", "admin")
+    await _register(runtime, "twins", "admin")
+    retired, _ = await _register(runtime, "retired", "admin")
+    await ServiceClients(runtime.database).disable(uuid.UUID(retired), runtime.clock.now())
+    for args, said in (
+        (("--client", "x", "--scope", "nosuch"), "no service client has the id or name 'x'"),
+        (("--client", "crm", "--scope", "nosuch"), "the client may not hold nosuch"),
+        (("--client", client_id, "--scope", "admin"), "the client may not hold admin"),
+        (("--client", "twins"), "2 active service clients are named 'twins'"),
+        (("--client", "retired"), "is disabled"),
+    ):
+        refused = _run("token", "m2m", *args, env=settings_env)
+        assert refused.returncode == 1, (args, refused.stderr)
+        assert refused.stdout == ""
+        assert said in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+    # A twin is still reachable by its id.
+    assert _run("token", "m2m", "--client", twin, env=settings_env).returncode == 0
 
 
 def test_token_m2m_is_refused_in_prod(settings_env: dict[str, str]) -> None:
@@ -70,18 +115,14 @@ def test_token_m2m_is_refused_in_prod(settings_env: dict[str, str]) -> None:
     assert "refused when PIN_ENV=prod" in result.stderr
 
 
-def test_token_m2m_takes_scopes_from_every_scope_option(settings_env: dict[str, str]) -> None:
+async def test_token_m2m_takes_scopes_from_every_scope_option(
+    settings_env: dict[str, str], runtime: Runtime
+) -> None:
+    await _register(runtime, "reports", "user-activity.internal", "admin")
     result = _run(
-        "token",
-        "m2m",
-        "--client",
-        "reports",
-        "--scope",
-        "user-activity.internal",
-        "--scope",
-        "admin",
-        env=settings_env,
-    )
+        "token", "m2m", "--client", "reports", "--scope", "user-activity.internal",
+        "--scope", "admin", env=settings_env,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert _claims(result.stdout.strip())["scope"] == "admin user-activity.internal"
 

@@ -126,6 +126,7 @@ def _session(status: SessionStatus, *, rotated_ago: timedelta | None = None) -> 
         expires_at=T0 + timedelta(days=1),
         rotated_at=None if rotated_ago is None else T0 - rotated_ago,
         replaced_by=None if rotated_ago is None else uuid.uuid4(),
+        signed_in_at=T0 - timedelta(days=1),
     )
 
 

@@ -84,6 +84,7 @@ async def test_the_export_holds_the_callers_phone_history_and_devices_with_ips_m
     assert {item["status"] for item in document["signInRequests"]} == {"Confirmed"}
     assert len(document["sessions"]) == 2
     assert {item["status"] for item in document["sessions"]} == {"Active"}
+    assert {item["signedInAt"] for item in document["sessions"]} == {"2026-11-29T12:00:00+00:00"}
     assert document["sessions"][0]["device"] == {
         "type": "Mobile",
         "os": "iOS 17",

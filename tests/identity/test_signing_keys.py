@@ -30,6 +30,7 @@ from pin_sessions.identity.keys import (
     rotation_plan,
 )
 from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.key_set import REFRESH_AFTER
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import ServerSecrets
@@ -126,6 +127,20 @@ async def _kids(http: httpx.AsyncClient) -> list[str]:
     return [key["kid"] for key in response.json()["keys"]]
 
 
+async def _published(http: httpx.AsyncClient, clock: FixedClock, kids: list[str]) -> None:
+    """The JWKS names ``kids`` once the copy in use has been read again, in the background.
+
+    The clock moves on first: a read begun at this instant, but before the change the
+    caller made, would otherwise stay fresh for as long as the test's clock stands still.
+    """
+    clock.advance(REFRESH_AFTER)
+
+    async def shows() -> bool:
+        return await _kids(http) == kids
+
+    await wait_until(shows, timeout=10)
+
+
 def _kid(tokens: dict[str, Any]) -> str:
     kid: str = jwt.get_unverified_header(tokens["accessToken"])["kid"]
     return kid
@@ -142,7 +157,7 @@ async def test_a_token_signed_before_a_rotation_still_verifies_after_it(
     published = await _rotate(runtime)
     [new_kid] = published.rotate.applied.created
     # Published an hour ahead: in the JWKS, not yet signing.
-    assert await _kids(http) == [old_kid, new_kid]
+    await _published(http, clock, [old_kid, new_kid])
     signed_in = await sign_in(http)  # the first sign-in's session has expired (30 d)
     assert _kid(signed_in) == old_kid
     clock.advance(POLICY.publish_ahead - timedelta(minutes=5))
@@ -164,7 +179,7 @@ async def test_a_token_signed_before_a_rotation_still_verifies_after_it(
     clock.advance(timedelta(minutes=15, seconds=30))
     dropped = await _rotate(runtime)
     assert dropped.rotate.applied.dropped == [old_kid]
-    assert await _kids(http) == [new_kid]
+    await _published(http, clock, [new_kid])
     latest = (await refresh(http, after["refreshToken"])).json()
     assert _kid(latest) == new_kid
     assert (await http.get(SESSIONS, headers=bearer(latest))).status_code == 200
@@ -246,10 +261,17 @@ async def test_keys_rotate_now_replaces_a_leaked_key_and_its_tokens_are_401(
     answer = json.loads(out)
     assert answer["deleted"] == [_kid(leaked)]
     [replacement] = [key for key in answer["keys"] if key["status"] == "Current"]
-    # The key set is read again within 5 s: from then on the old key's tokens are refused.
+    # Once the copy in use is 5 s old the set has been read again in the background (a
+    # tick later, at most): from then on the old key's tokens are refused.
     clock.advance(timedelta(seconds=5))
-    refused = await http.get(SESSIONS, headers=bearer(leaked))
-    assert (refused.status_code, refused.json()["code"]) == (401, "AUTH_INVALID_TOKEN")
+    refused: list[httpx.Response] = []
+
+    async def leaked_refused() -> bool:
+        refused.append(await http.get(SESSIONS, headers=bearer(leaked)))
+        return refused[-1].status_code == 401
+
+    await wait_until(leaked_refused, timeout=10)
+    assert refused[-1].json()["code"] == "AUTH_INVALID_TOKEN"
     assert await _kids(http) == [replacement["kid"]]
     # The very next token is signed by the new key, and works.
     fresh = await sign_in(http)

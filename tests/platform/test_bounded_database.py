@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -21,7 +19,6 @@ from pathlib import Path
 
 import asyncpg
 import httpx
-import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -29,12 +26,12 @@ from pin_sessions.bootstrap import build_api, build_runtime
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Connection
 from pin_sessions.platform.embedded import EmbeddedPostgres
-from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import load_settings
 from tests.conftest import LogCapture
 from tests.support.http import LiveServer
 from tests.support.raw_http import RawConnection
+from tests.support.stall import frozen, own_postgres
 from tests.support.waiting import wait_until
 
 HEARTBEAT = "/api/user-activity/sessions/heartbeat"
@@ -154,17 +151,8 @@ async def _count(conn: Connection, query: str, expected: int) -> bool:
 @pytest.fixture
 def frozen_server(tmp_path: Path) -> Iterator[tuple[str, EmbeddedPostgres]]:
     """A PostgreSQL of this test's own: freezing the shared one would stall other tests."""
-    embedded = EmbeddedPostgres(tmp_path / "pg", delete_on_stop=True)
-    dsn = embedded.start()
-    try:
-        yield dsn, embedded
-    finally:
-        embedded.stop()
-
-
-def _postgres_processes(embedded: EmbeddedPostgres) -> list[psutil.Process]:
-    postmaster = psutil.Process(int((embedded.pgdata / "postmaster.pid").read_text().split()[0]))
-    return [postmaster, *postmaster.children(recursive=True)]
+    with own_postgres(tmp_path) as server:
+        yield server
 
 
 async def test_a_frozen_database_holds_no_request_longer_than_its_bounds_and_recovers_by_itself(
@@ -173,18 +161,10 @@ async def test_a_frozen_database_holds_no_request_longer_than_its_bounds_and_rec
     clock: FixedClock,
 ) -> None:
     dsn, embedded = frozen_server
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrate(conn)
-    finally:
-        await conn.close()
     bounds = {"statement_timeout": "1", "acquire_timeout": "0.5", "pool_max": "3"}
     with _api(settings_env, dsn, clock, **bounds) as url:
         devices = [await _started_device(url) for _ in range(3)]
-        frozen = _postgres_processes(embedded)
-        for process in frozen:
-            os.kill(process.pid, signal.SIGSTOP)
-        try:
+        with frozen(embedded):
             async with httpx.AsyncClient(base_url=url, timeout=60) as client:
 
                 async def timed(request: httpx.Request) -> tuple[float, httpx.Response]:
@@ -208,9 +188,6 @@ async def test_a_frozen_database_holds_no_request_longer_than_its_bounds_and_rec
                 answers = await asyncio.wait_for(
                     asyncio.gather(*(timed(request) for request in requests)), timeout=60
                 )
-        finally:
-            for process in frozen:
-                os.kill(process.pid, signal.SIGCONT)
 
         slowest = max(elapsed for elapsed, _ in answers)
         print(f"frozen database: {len(answers)} requests, slowest answer {slowest:.2f} s")

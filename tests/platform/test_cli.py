@@ -120,15 +120,14 @@ def test_a_duration_out_of_range_exits_2_naming_the_variable(
 def test_a_short_secret_under_its_old_name_starts_with_warnings_that_keep_it_secret(
     database_url: str, tmp_path: Path
 ) -> None:
+    """Outside prod, that is: prod refuses a short secret (the next test)."""
     secret = "short-but-set"
     ran = run_cli(
         "migrate",
         env={
-            "PIN_ENV": "prod",
             "PIN_JWT_SECRET": secret,
             "PIN_DATABASE_URL": database_url,
             "PIN_DATA_DIR": str(tmp_path),
-            **CONFIGURED_GATEWAY,
         },
     )
     assert ran.returncode == 0, ran.stderr
@@ -143,6 +142,34 @@ def test_a_short_secret_under_its_old_name_starts_with_warnings_that_keep_it_sec
         "PIN_SECRET_KEY is shorter than recommended",
     ]
     assert secret not in ran.stderr
+
+
+@pytest.mark.parametrize("command", [["serve"], ["up"], ["migrate"], ["job", "signing-keys"]])
+def test_a_short_secret_key_in_prod_exits_2_naming_the_variable(
+    database_url: str, tmp_path: Path, command: list[str]
+) -> None:
+    secret = "five5"
+    process = pin_sessions(
+        *command,
+        env={
+            "PIN_ENV": "prod",
+            "PIN_SECRET_KEY": secret,
+            "PIN_DATABASE_URL": database_url,
+            "PIN_DATA_DIR": str(tmp_path),
+            **CONFIGURED_GATEWAY,
+        },
+    )
+    try:
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:  # it started instead of refusing: stop it, fail below
+            process.kill()
+            process.communicate()
+    assert process.returncode == 2, err
+    assert err.strip() == (
+        "PIN_SECRET_KEY must be at least 32 bytes when PIN_ENV=prod (e.g. openssl rand -hex 32)"
+    )
+    assert secret not in err
 
 
 def test_migrate_prints_what_it_applied(database_url: str, tmp_path: Path) -> None:

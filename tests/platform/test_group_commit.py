@@ -1,4 +1,5 @@
-"""GroupCommit: requests that arrive while a flush is in flight go together in the next one."""
+"""GroupCommit: requests that arrive while a flush is in flight go together in the next one;
+a key the flush cannot serve without waiting is served on its own, holding no one else."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Mapping
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from pin_sessions.platform.group_commit import GroupCommit
+from pin_sessions.platform.group_commit import Flushed, GroupCommit
 from tests.support.waiting import wait_until
 
 
@@ -20,18 +21,37 @@ class Store:
         self.release = asyncio.Event()
         self.release.set()
         self.fail = False
+        # Keys whose row is "locked": the flush hands them back; alone they wait for unlock.
+        self.locked: set[str] = set()
+        self.unlocked = asyncio.Event()
+        self.alone: list[tuple[str, int]] = []
 
-    async def flush(self, batch: Mapping[str, int]) -> dict[str, str]:
+    async def flush(self, batch: Mapping[str, int]) -> Flushed[str, str]:
         self.batches.append(dict(batch))
         await self.release.wait()
         if self.fail:
             raise ConnectionError("the database went away")
-        return {key: f"{key}@{value}" for key, value in batch.items() if key != "unknown"}
+        answers = {
+            key: f"{key}@{value}"
+            for key, value in batch.items()
+            if key != "unknown" and key not in self.locked
+        }
+        return Flushed(answers, alone=[key for key in batch if key in self.locked])
+
+    async def serve_alone(self, key: str, value: int) -> str | None:
+        self.alone.append((key, value))
+        await self.unlocked.wait()
+        if self.fail:
+            raise ConnectionError("the database went away")
+        return f"{key}@{value} alone"
 
 
 def _group(store: Store, *, max_batch: int = 1000) -> tuple[GroupCommit[str, int, str], Histogram]:
     sizes = Histogram("batch_size", "sizes", buckets=(1, 2, 4, 8), registry=CollectorRegistry())
-    return GroupCommit(store.flush, merge=max, batch_sizes=sizes, max_batch=max_batch), sizes
+    group = GroupCommit(
+        store.flush, alone=store.serve_alone, merge=max, batch_sizes=sizes, max_batch=max_batch
+    )
+    return group, sizes
 
 
 async def test_a_lone_request_is_flushed_at_once_and_gets_its_answer() -> None:
@@ -129,3 +149,51 @@ async def test_a_batch_never_exceeds_its_bound() -> None:
     await asyncio.gather(*rest)
 
     assert [len(batch) for batch in store.batches] == [1, 2, 2, 1]
+
+
+async def test_a_key_the_flush_hands_back_is_served_alone_while_the_rest_are_answered() -> None:
+    store = Store()
+    store.locked = {"b"}
+    group, _ = _group(store)
+    requests = [asyncio.create_task(group.submit(key, 1)) for key in "abc"]
+    await wait_until(lambda: requests[0].done() and requests[2].done(), timeout=5, interval=0)
+
+    assert (requests[0].result(), requests[2].result()) == ("a@1", "c@1")
+    assert not requests[1].done()
+    # The next batch is not held up by the key served alone.
+    assert await group.submit("d", 2) == "d@2"
+    store.unlocked.set()
+    assert await requests[1] == "b@1 alone"
+    assert store.alone == [("b", 1)]
+
+
+async def test_requests_for_a_key_served_alone_wait_for_it_then_go_in_a_batch() -> None:
+    """One stuck key is one statement in flight, however often it is asked for."""
+    store = Store()
+    store.locked = {"b"}
+    group, _ = _group(store)
+    first = asyncio.create_task(group.submit("b", 1))
+    await wait_until(lambda: store.alone == [("b", 1)], timeout=5, interval=0)
+    again = [asyncio.create_task(group.submit("b", value)) for value in (2, 3)]
+    assert await group.submit("c", 1) == "c@1"
+    assert [dict(batch) for batch in store.batches] == [{"b": 1}, {"c": 1}]
+
+    store.locked.clear()
+    store.unlocked.set()
+    assert await first == "b@1 alone"
+    assert await asyncio.gather(*again) == ["b@3", "b@3"]
+    assert store.batches[-1] == {"b": 3}
+
+
+async def test_a_failure_of_a_key_served_alone_fails_only_its_requests() -> None:
+    store = Store()
+    store.locked = {"b"}
+    group, _ = _group(store)
+    requests = [asyncio.create_task(group.submit(key, 1)) for key in "ab"]
+    await wait_until(lambda: store.alone == [("b", 1)], timeout=5, interval=0)
+    store.fail = True
+    store.unlocked.set()
+    outcomes = await asyncio.gather(*requests, return_exceptions=True)
+
+    assert outcomes[0] == "a@1"
+    assert isinstance(outcomes[1], ConnectionError)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -249,3 +250,85 @@ async def test_every_job_worker_is_built_from_its_settings_group(
         # The stalled alert reads the cadence from here (deploy/prometheus/jobs.yml).
         exported = registry.get_sample_value(f"{worker.job.metric_prefix}_polling_interval_seconds")
         assert exported == group.polling_interval.total_seconds(), name
+
+
+@dataclass(frozen=True)
+class RowsResult:
+    rows: int
+    succeeded: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": self.rows}
+
+
+@dataclass
+class RowsJob:
+    """One phase per run that changes ``rows`` rows, or fails; it remembers its run ids."""
+
+    rows: int
+    fails: bool = False
+    name: str = "rows"
+    metric_prefix: str = "test_rows"
+    options: JobSettings = SCRIPTED_OPTIONS
+    run_ids: list[str] = field(default_factory=list)
+
+    async def run_once(self, now: datetime, run: JobRun) -> RowsResult:
+        self.run_ids.append(str(run.id))
+        outcome = RowsOutcome(phase="change")
+
+        async def change() -> None:
+            if self.fails:
+                raise ConnectionError("database went away")
+            outcome.rows = self.rows
+
+        errors = Counter("test_rows_errors_total", "failed phases", registry=CollectorRegistry())
+        await run.phase(outcome, change, errors=errors)
+        return RowsResult(outcome.rows, succeeded=not outcome.failed)
+
+
+def lines_of_run(captured_logs: LogCapture, run_id: str) -> list[tuple[str, str]]:
+    return [
+        (event["event"], event["level"])
+        for event in map(json.loads, captured_logs.lines())
+        if event.get("jobRunId") == run_id
+    ]
+
+
+async def test_a_run_that_changed_nothing_logs_at_debug_and_its_metrics_still_count_it(
+    clock: FixedClock, registry: CollectorRegistry, captured_logs: LogCapture
+) -> None:
+    """An idle worker is quiet at the default level: ``up`` prints nothing every tick."""
+    job = RowsJob(rows=0)
+    worker = PollingWorker(job, clock=clock, interval=timedelta(0), registry=registry)
+    assert await worker.run_pass(asyncio.Event()) is not None
+    assert lines_of_run(captured_logs, job.run_ids[-1]) == []  # nothing at info
+    assert registry.get_sample_value("test_rows_last_success_timestamp_seconds") is not None
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.DEBUG)
+    try:
+        assert await worker.run_pass(asyncio.Event()) is not None
+    finally:
+        root.setLevel(level)
+    assert lines_of_run(captured_logs, job.run_ids[-1]) == [
+        ("job started", "debug"),
+        ("phase done", "debug"),
+        ("job completed", "debug"),
+    ]
+
+    # A run that changed rows, or failed, reads as it always did: every line, at info.
+    job.rows = 3
+    assert await worker.run_pass(asyncio.Event()) is not None
+    assert lines_of_run(captured_logs, job.run_ids[-1]) == [
+        ("job started", "info"),
+        ("phase done", "info"),
+        ("job completed", "info"),
+    ]
+    job.fails = True
+    assert await worker.run_pass(asyncio.Event()) is not None
+    assert lines_of_run(captured_logs, job.run_ids[-1]) == [
+        ("job started", "info"),
+        ("phase failed", "warning"),
+        ("job completed", "info"),
+    ]

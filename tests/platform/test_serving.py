@@ -4,6 +4,7 @@
   ``PIN_HTTP__SHUTDOWN_DELAY``, then closes its listener, and a request in flight still
   gets its answer.
 * ``serve --workers 2`` shows one ``/metrics`` counting what every worker served.
+* In prod ``/metrics`` is served on the metrics port only, merged there under ``--workers``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.conftest import TEST_SECRET_KEY
 from tests.identity.flows import new_phone
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
 from tests.support.raw_http import RawConnection
+from tests.support.sms_gateways import CONFIGURED_GATEWAY
 from tests.support.waiting import wait_until, wait_until_sync
 
 
@@ -48,7 +50,9 @@ async def test_readyz_is_503_from_sigterm_and_a_request_in_flight_still_gets_its
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = _env(database_url, tmp_path, PIN_HTTP__SHUTDOWN_DELAY="3")
+    # The request in flight is slow on purpose (its body ends after the drain): the read
+    # timeout, another test's subject, must not cut it on a loaded machine.
+    env = _env(database_url, tmp_path, PIN_HTTP__SHUTDOWN_DELAY="3", PIN_HTTP__READ_TIMEOUT="300")
     process = pin_sessions("serve", "--port", str(port), env=env)
     try:
         wait_until_ready(url, process)
@@ -181,3 +185,86 @@ def test_a_worker_killed_is_replaced(database_url: str, tmp_path: Path) -> None:
         log_file.close()
     assert process.returncode == 0, err[-3000:]
     assert '"event": "API worker died, starting another"' in err
+
+
+def _prod_env(database_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    return _env(database_url, tmp_path, PIN_ENV="prod", **CONFIGURED_GATEWAY, **extra)
+
+
+def test_prod_serves_metrics_on_the_metrics_port_only(database_url: str, tmp_path: Path) -> None:
+    """SPEC §11: the API port shows neither /metrics nor the docs; the metrics port counts
+    what the API port served."""
+    port, metrics_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = _prod_env(database_url, tmp_path, PIN_METRICS_PORT=str(metrics_port))
+    process = pin_sessions("serve", "--port", str(port), env=env)
+    try:
+        wait_until_ready(url, process)
+        for _ in range(3):
+            assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+        for path in ("/metrics", "/docs", "/openapi.json"):
+            assert httpx.get(f"{url}{path}", timeout=5).status_code == 404, path
+        metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        assert _served(metrics) == 3
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err[-3000:]
+
+
+def test_prod_with_workers_serves_their_merged_metrics_on_the_metrics_port(
+    database_url: str, tmp_path: Path
+) -> None:
+    port, metrics_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = pin_sessions(
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+        "--metrics-port",
+        str(metrics_port),
+        env=_prod_env(database_url, tmp_path),
+    )
+    try:
+        wait_until_ready(url, process)
+        wait_until_sync(lambda: len(_workers(process)) == 2, timeout=30)
+        first, second = _workers(process)
+        for _serving, frozen in ((first, second), (second, first)):
+            frozen.suspend()
+            try:
+                for _ in range(5):
+                    assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+            finally:
+                frozen.resume()
+        assert httpx.get(f"{url}/metrics", timeout=5).status_code == 404
+        metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        assert _served(metrics) == 10
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err[-3000:]
+
+
+def test_prod_without_a_metrics_port_serves_no_metrics_and_says_so(
+    database_url: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = pin_sessions("serve", "--port", str(port), env=_prod_env(database_url, tmp_path))
+    try:
+        wait_until_ready(url, process)
+        assert httpx.get(f"{url}/metrics", timeout=5).status_code == 404
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err[-3000:]
+    warnings = [
+        event["event"]
+        for event in map(json.loads, filter(None, err.splitlines()))
+        if event.get("level") == "warning"
+    ]
+    assert warnings == [
+        "no metrics are served: PIN_METRICS_PORT is unset, and in prod the API port has no /metrics"
+    ]

@@ -24,6 +24,10 @@ def test_defaults_follow_the_spec() -> None:
     assert settings.activity_closer.polling_interval == timedelta(seconds=60)
     assert settings.activity_closer.batch_size == 500
     assert settings.activity_retention.age == timedelta(days=365)
+    assert settings.http.read_timeout == timedelta(seconds=30)
+    assert load_settings({"PIN_HTTP__READ_TIMEOUT": "PT2M"}).http.read_timeout == timedelta(
+        minutes=2
+    )
 
 
 JOB_GROUPS = ("EXPIRE_SESSIONS", "SESSION_RETENTION", "ACTIVITY_CLOSER", "ACTIVITY_RETENTION")
@@ -115,6 +119,11 @@ def test_durations_accept_seconds_and_iso_8601(raw: str, expected: timedelta) ->
             {"PIN_EXPIRE_SESSIONS__POLLING_INTERVAL": "1e20"},
             "PIN_EXPIRE_SESSIONS__POLLING_INTERVAL is too long for a duration",
         ),
+        ({"PIN_HTTP__READ_TIMEOUT": "0"}, "PIN_HTTP__READ_TIMEOUT must be > 0 seconds"),
+        (
+            {"PIN_HTTP__READ_TIMEOUT": "slow"},
+            "PIN_HTTP__READ_TIMEOUT must be seconds or an ISO-8601 duration",
+        ),
         ({"PIN_ENV": "staging"}, "PIN_ENV "),
         (
             {"PIN_SIGNING_KEYS__PUBLISH_AHEAD": "PT5M"},
@@ -159,12 +168,45 @@ def test_prod_accepts_a_complete_configuration() -> None:
     assert settings.env is Environment.PROD
 
 
-def test_prod_accepts_any_non_empty_secret_and_flags_a_short_one() -> None:
-    environ = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin", **CONFIGURED_GATEWAY}
-    short = load_settings({**environ, "PIN_SECRET_KEY": "x" * 31})
-    long_enough = load_settings({**environ, "PIN_SECRET_KEY": "x" * 32})
-    assert (short.secret_key_is_short, long_enough.secret_key_is_short) == (True, False)
+PROD = {"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db/pin", **CONFIGURED_GATEWAY}
+
+
+@pytest.mark.parametrize(
+    ("secret", "name"),
+    [
+        ({"PIN_SECRET_KEY": "x" * 31}, "PIN_SECRET_KEY"),
+        ({"PIN_SECRET_KEY": "short"}, "PIN_SECRET_KEY"),
+        # Bytes, not characters: 15 two-byte characters are 30 bytes.
+        ({"PIN_SECRET_KEY": "é" * 15}, "PIN_SECRET_KEY"),
+        ({"PIN_JWT_SECRET": "o" * 31}, "PIN_JWT_SECRET"),
+    ],
+)
+def test_prod_refuses_a_secret_key_under_32_bytes_naming_its_variable(
+    secret: dict[str, str], name: str
+) -> None:
+    """SPEC §11: less than the 256 bits the derived keys carry is refused, not warned about."""
+    with pytest.raises(SettingsError) as caught:
+        load_settings({**PROD, **secret})
+    assert str(caught.value) == (
+        f"{name} must be at least 32 bytes when PIN_ENV=prod (e.g. openssl rand -hex 32)"
+    )
+
+
+def test_prod_accepts_a_secret_of_32_bytes_and_dev_only_flags_a_short_one() -> None:
+    for secret in ("x" * 32, "é" * 16):
+        assert not load_settings({**PROD, "PIN_SECRET_KEY": secret}).secret_key_is_short
+    assert load_settings({"PIN_SECRET_KEY": "x" * 31}).secret_key_is_short
     assert load_settings({}).secret_key_is_short is False
+
+
+def test_docs_are_served_outside_prod_and_in_prod_only_when_asked() -> None:
+    prod = {**PROD, "PIN_SECRET_KEY": "x" * 32}
+    assert load_settings({}).serves_docs
+    assert not load_settings(prod).serves_docs
+    assert load_settings({**prod, "PIN_HTTP__DOCS": "1"}).serves_docs
+    assert not load_settings({"PIN_HTTP__DOCS": "0"}).serves_docs
+    assert load_settings({}).serves_metrics_on_api_port
+    assert not load_settings({**prod, "PIN_HTTP__DOCS": "1"}).serves_metrics_on_api_port
 
 
 def test_the_deprecated_pin_jwt_secret_still_serves_as_the_secret_key() -> None:
@@ -193,7 +235,8 @@ def test_a_public_url_that_cannot_be_an_issuer_is_refused(value: str, message: s
 
 def test_token_settings_default_to_spec_values_and_read_their_variables() -> None:
     defaults = load_settings({})
-    assert defaults.public_url == "http://127.0.0.1:8000"
+    assert defaults.public_url is None  # unset: the API's own address (SPEC §11)
+    assert defaults.effective_public_url == "http://127.0.0.1:8000"
     assert defaults.m2m_token_ttl == timedelta(minutes=15)
     assert defaults.signing_keys.rotate_after == timedelta(days=30)
     assert defaults.signing_keys.publish_ahead == timedelta(hours=1)
@@ -206,6 +249,7 @@ def test_token_settings_default_to_spec_values_and_read_their_variables() -> Non
         }
     )
     assert custom.public_url == "https://sessions.example.com/auth"
+    assert custom.effective_public_url == "https://sessions.example.com/auth"
     assert custom.m2m_token_ttl == timedelta(minutes=5)
     assert custom.signing_keys.rotate_after == timedelta(days=7)
     assert custom.signing_keys.publish_ahead == timedelta(minutes=10)
@@ -233,3 +277,34 @@ def test_a_group_given_whole_as_json_is_read_and_a_broken_one_is_named() -> None
     with pytest.raises(SettingsError) as refused:
         load_settings({"PIN_HTTP": "{"})
     assert str(refused.value) == "PIN_HTTP must be valid JSON"
+
+
+def test_the_api_address_is_a_setting_that_an_unset_public_url_follows() -> None:
+    """SPEC §11: PIN_HTTP__HOST / PIN_HTTP__PORT (127.0.0.1 / 8000)."""
+    defaults = load_settings({})
+    assert (defaults.http.host, defaults.http.port) == ("127.0.0.1", 8000)
+    moved = load_settings({"PIN_HTTP__HOST": "localhost", "PIN_HTTP__PORT": "18310"})
+    assert (moved.http.host, moved.http.port) == ("localhost", 18310)
+    assert moved.effective_public_url == "http://localhost:18310"
+    # What a process that bound another address sees; a set PIN_PUBLIC_URL stays as it is.
+    assert moved.listening_on("::1", 40001).effective_public_url == "http://[::1]:40001"
+    assert moved.listening_on("0.0.0.0", 40001).effective_public_url == "http://127.0.0.1:40001"
+    public = load_settings({"PIN_PUBLIC_URL": "https://sessions.example.com"})
+    assert public.listening_on("0.0.0.0", 1).effective_public_url == "https://sessions.example.com"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("PIN_HTTP__PORT", "65536", "PIN_HTTP__PORT must be <= 65535"),
+        ("PIN_HTTP__PORT", "-1", "PIN_HTTP__PORT must be >= 0"),
+        ("PIN_HTTP__PORT", "http", "PIN_HTTP__PORT input should be a valid integer"),
+        ("PIN_HTTP__HOST", "", "PIN_HTTP__HOST string should have at least 1 character"),
+    ],
+)
+def test_a_bad_api_address_is_refused_naming_the_variable(
+    name: str, value: str, message: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({name: value})
+    assert str(caught.value).startswith(message)

@@ -16,8 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
 from tests.conftest import TEST_SECRET_KEY
-from tests.support.processes import PROJECT_ROOT, free_port
+from tests.support.processes import PROJECT_ROOT, free_port, pin_sessions, wait_until_ready
 from tests.support.waiting import wait_until_sync
 
 
@@ -133,7 +135,8 @@ def test_a_worker_role_on_a_terminal_prints_its_metrics_url_and_readable_lines(
         },
     )
     try:
-        terminal.wait_for("job completed", timeout=60)
+        # An idle run logs at debug, so the banner is what shows the worker is up.
+        terminal.wait_for("/metrics", timeout=60)
     finally:
         status = terminal.interrupt()
     assert status == 0, terminal.output
@@ -146,3 +149,88 @@ def test_a_worker_role_on_a_terminal_prints_its_metrics_url_and_readable_lines(
     ), terminal.output
     lines = [line for line in terminal.output.splitlines() if line.strip()]
     assert not any(line.lstrip().startswith("{") for line in lines), terminal.output
+
+
+# Every job every second: an idle `up` runs them all many times within the test.
+EVERY_SECOND = {
+    f"PIN_{group}__POLLING_INTERVAL": "1"
+    for group in (
+        "EXPIRE_SESSIONS",
+        "SESSION_RETENTION",
+        "ACTIVITY_CLOSER",
+        "ACTIVITY_RETENTION",
+        "SIGNING_KEYS",
+    )
+}
+# What a `job completed` line says besides what the run changed.
+RUN_FIELDS = {"event", "level", "logger", "timestamp", "job", "jobRunId", "durationMs"}
+
+
+def _json_lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_an_idle_up_prints_nothing_for_job_runs_that_changed_nothing(
+    tmp_path: Path, database_url: str
+) -> None:
+    port = free_port()
+    process = pin_sessions(
+        "up",
+        "--port",
+        str(port),
+        env={
+            "PIN_DATABASE_URL": database_url,
+            "PIN_DATA_DIR": str(tmp_path / "data"),
+            "PIN_SECRET_KEY": TEST_SECRET_KEY,
+            "PIN_LOG_FORMAT": "json",
+            **EVERY_SECOND,
+        },
+    )
+    closer_runs = "user_activity_activity_closer_run_duration_ms_count"
+    try:
+        wait_until_ready(f"http://127.0.0.1:{port}", process)
+
+        def closer_ran_thrice() -> bool:
+            metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            return any(
+                line.startswith(closer_runs) and float(line.split()[-1]) >= 3
+                for line in metrics.splitlines()
+            )
+
+        # The metrics count every run, idle ones included.
+        wait_until_sync(closer_ran_thrice, timeout=60, interval=0.5)
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err[-3000:]
+    lines = _json_lines(err)
+    job_lines = [line for line in lines if line["logger"] == "pin_sessions.platform.jobs"]
+    closer = [line for line in job_lines if line.get("job") == "activity-closer"]
+    assert closer == [], closer  # three runs or more, nothing to close: not a line
+    # Only runs that changed something speak (the first signing-keys pass makes a key).
+    for line in job_lines:
+        if line["event"] == "job completed":
+            assert any(value for key, value in line.items() if key not in RUN_FIELDS), line
+
+
+def test_a_command_beside_up_leaves_the_database_running_and_says_nothing_false(
+    tmp_path: Path,
+) -> None:
+    env = {"PIN_DATA_DIR": str(tmp_path / "data"), "PIN_LOG_FORMAT": "json"}
+    port = free_port()
+    up = pin_sessions("up", "--port", str(port), env=env)
+    try:
+        wait_until_ready(f"http://127.0.0.1:{port}", up)
+        command = pin_sessions("clients", "list", env=env)
+        out, err = command.communicate(timeout=60)
+        assert command.returncode == 0, err
+        assert json.loads(out) == {"clients": []}
+        # It attached to up's server and left it running: it stopped nothing, nor says so.
+        assert "embedded postgres stopped" not in err, err
+        assert [line["event"] for line in _json_lines(err)] == ["embedded postgres ready"]
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200  # asks the db
+    finally:
+        up.send_signal(signal.SIGINT)
+        _, up_err = up.communicate(timeout=60)
+    assert up.returncode == 0, up_err[-3000:]
+    assert "embedded postgres stopped" in up_err  # the last one out does stop it

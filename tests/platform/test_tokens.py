@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -48,10 +48,15 @@ async def signing(runtime: Runtime) -> tuple[str, ec.EllipticCurvePrivateKey]:
 
 
 @pytest.fixture
-def verifier(runtime: Runtime) -> TokenVerifier:
-    return TokenVerifier(
-        KeySet(PublishedKeys(runtime.database), CollectorRegistry()), DEFAULT_PUBLIC_URL
+async def verifier(runtime: Runtime) -> AsyncIterator[TokenVerifier]:
+    keys = KeySet(
+        PublishedKeys(runtime.database),
+        CollectorRegistry(),
+        clock=runtime.clock,
+        wait_limit=timedelta(seconds=10),
     )
+    yield TokenVerifier(keys, DEFAULT_PUBLIC_URL)
+    await keys.close()
 
 
 def _claims(**changes: Any) -> dict[str, Any]:
@@ -73,7 +78,9 @@ async def test_real_tokens_of_both_kinds_verify(runtime: Runtime, verifier: Toke
     user = await verifier.verify(
         await tokens.access(USER, SESSION, now=T0, permissions=["dev-stats.view"]), now=T0
     )
-    assert user.principal == UserPrincipal(USER, SESSION, frozenset({"dev-stats.view"}), T0)
+    assert user.principal == UserPrincipal(
+        USER, SESSION, frozenset({"dev-stats.view"}), issued_at=T0, auth_time=T0
+    )
     service = await verifier.verify(await tokens.m2m("crm", ["admin"], now=T0), now=T0)
     assert service.principal == MachinePrincipal("crm", frozenset({"admin"}))
     assert (service.audience, service.expires_at) == ("pin-internal", T0 + timedelta(minutes=15))
@@ -95,6 +102,9 @@ async def test_real_tokens_of_both_kinds_verify(runtime: Runtime, verifier: Toke
         (_claims(exp=10**20), {}),
         (_claims(sub="not-a-uuid"), {}),
         (_claims(permissions="dev-stats.view"), {}),
+        (_claims(auth_time=int((T0 + timedelta(seconds=1)).timestamp())), {}),  # after iat
+        (_claims(auth_time="2026-11-29T12:00:00Z"), {}),
+        (_claims(auth_time=True), {}),
         (_claims(), {"typ": "JWT"}),
         (_claims(), {"kid": None}),
         (_claims(), {"kid": "../../etc/passwd"}),
@@ -113,6 +123,28 @@ async def test_a_bent_token_is_invalid(
     token = jwt.encode(claims, key, algorithm="ES256", headers=headers)
     with pytest.raises(InvalidToken):
         await verifier.verify(token, now=T0)
+
+
+async def test_a_refreshed_token_carries_the_instant_of_its_familys_sign_in(
+    runtime: Runtime, verifier: TokenVerifier
+) -> None:
+    signed_in_at = T0 - timedelta(days=3)
+    token = await Tokens.of(runtime).access(USER, SESSION, now=T0, auth_time=signed_in_at)
+    principal = (await verifier.verify(token, now=T0)).principal
+    assert isinstance(principal, UserPrincipal)
+    assert (principal.issued_at, principal.auth_time) == (T0, signed_in_at)
+    assert principal.signed_in_at == signed_in_at
+
+
+async def test_a_token_minted_before_auth_time_existed_is_judged_by_its_issue(
+    verifier: TokenVerifier, signing: tuple[str, ec.EllipticCurvePrivateKey]
+) -> None:
+    """Its sign-in was no later than its iat: the instant it can safely be judged by."""
+    kid, key = signing
+    token = jwt.encode(_claims(), key, algorithm="ES256", headers={"kid": kid, "typ": "at+jwt"})
+    principal = (await verifier.verify(token, now=T0)).principal
+    assert isinstance(principal, UserPrincipal)
+    assert (principal.auth_time, principal.signed_in_at) == (None, T0)
 
 
 async def test_no_other_algorithm_is_accepted_not_even_with_the_public_key_as_secret(

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit
+
+# A mapping, or (name, value) pairs when a name comes twice.
+Headers: TypeAlias = Mapping[str, str] | Sequence[tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -34,10 +38,12 @@ class RawConnection:
         return cls(reader, writer)
 
     async def send(
-        self, method: str, path: str, *, body: bytes = b"", headers: dict[str, str] | None = None
+        self, method: str, path: str, *, body: bytes = b"", headers: Headers | None = None
     ) -> None:
+        """Each header as given: a list may name one twice, and values go out untrimmed."""
         lines = [f"{method} {path} HTTP/1.1", "Host: test", f"Content-Length: {len(body)}"]
-        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+        lines += [f"{name}: {value}" for name, value in pairs]
         self._writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
         await self._writer.drain()
 
@@ -54,7 +60,7 @@ class RawConnection:
         return RawResponse(status, headers, body)
 
     async def request(
-        self, method: str, path: str, *, body: bytes = b"", headers: dict[str, str] | None = None
+        self, method: str, path: str, *, body: bytes = b"", headers: Headers | None = None
     ) -> RawResponse:
         await self.send(method, path, body=body, headers=headers)
         return await self.response()

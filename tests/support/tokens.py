@@ -11,7 +11,9 @@ import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from pin_sessions.bootstrap import build_token_signer
+from pin_sessions.bootstrap import build_key_cipher, build_token_signer
+from pin_sessions.identity import sql
+from pin_sessions.identity.keys import KeyCipher
 from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.runtime import Runtime
@@ -21,13 +23,14 @@ from pin_sessions.settings import DEFAULT_PUBLIC_URL
 class Tokens:
     """Access and m2m tokens of the service, and a forgery of one."""
 
-    def __init__(self, database: Database, signer: TokenSigner) -> None:
+    def __init__(self, database: Database, signer: TokenSigner, cipher: KeyCipher) -> None:
         self.database = database
         self.signer = signer
+        self.cipher = cipher
 
     @classmethod
     def of(cls, runtime: Runtime) -> Tokens:
-        return cls(runtime.database, build_token_signer(runtime))
+        return cls(runtime.database, build_token_signer(runtime), build_key_cipher(runtime))
 
     async def access(
         self,
@@ -35,13 +38,33 @@ class Tokens:
         session_id: uuid.UUID,
         *,
         now: datetime,
+        auth_time: datetime | None = None,
         permissions: Iterable[str] = (),
     ) -> str:
+        """A user's access token; its sign-in (``auth_time``) is ``now`` unless given."""
         async with self.database.connection() as conn:
             signed = await self.signer.access_token(
-                conn, user_id, session_id, now=now, permissions=permissions
+                conn,
+                user_id,
+                session_id,
+                now=now,
+                auth_time=now if auth_time is None else auth_time,
+                permissions=permissions,
             )
         return signed.token
+
+    async def without_auth_time(
+        self, user_id: uuid.UUID, session_id: uuid.UUID, *, now: datetime
+    ) -> str:
+        """An access token as identity minted them before auth_time existed, really signed."""
+        real = await self.access(user_id, session_id, now=now)
+        claims: dict[str, Any] = jwt.decode(real, options={"verify_signature": False})
+        del claims["auth_time"]
+        async with self.database.connection() as conn:
+            row = await conn.fetchrow(sql.SELECT_CURRENT_SIGNING_KEY)
+        assert row is not None
+        key = self.cipher.open(row["kid"], row["private_key"])
+        return jwt.encode(claims, key, algorithm="ES256", headers=jwt.get_unverified_header(real))
 
     async def m2m(self, client: str, scopes: Iterable[str], *, now: datetime) -> str:
         async with self.database.connection() as conn:

@@ -1,11 +1,14 @@
 """The deployed topology on one machine, under traffic and faults, then reconciled.
 
-One PostgreSQL, one Kafka-protocol broker (Tansu), and two OS processes of every role,
-started as ``deploy/compose.yaml`` starts them (``pin-sessions serve``, ``job
-expire-sessions``, ``job activity-closer``, ``relay``, ``consume NAME``) with short
-thresholds and intervals. Loopback clients drive devices through both APIs for a bounded
-time while one process of each role is killed with SIGKILL and started again, and the
-broker is frozen (SIGSTOP) for a while. Afterwards the books must balance:
+One PostgreSQL, for Kafka a three-node Apache Kafka cluster (every topic on three replicas,
+``min.insync.replicas`` 2), and two OS processes of every role, started as
+``deploy/compose.yaml`` starts them (``pin-sessions serve``, ``job expire-sessions``, ``job
+activity-closer``, ``relay``, ``consume NAME``) with short thresholds and intervals. Loopback
+clients drive devices through both APIs for a bounded time while one process of each role is
+killed with SIGKILL and started again, and then the brokers fail: the leader of a
+session-ended partition is killed (SIGKILL), a few seconds later a second node, which leaves
+the partitions short of their in-sync minimum (and the controllers of their quorum) for a
+while; then both start again. Afterwards the books must balance:
 
 * every session some response named with a 2xx exists;
 * every session ends Inactive, flipped once (a trigger of the test records every status
@@ -14,7 +17,10 @@ broker is frozen (SIGSTOP) for a while. Afterwards the books must balance:
 * every event written to the outbox (a trigger keeps a ledger, since delivered rows are
   deleted) was applied by its consumer, Kafka's topics hold every one of them, and there
   is exactly one dev-stats fact per closed session, each from that session's only
-  session-ended event.
+  session-ended event;
+* on Kafka, the outage and the recovery show in the relays' metrics and logs (publish
+  failures, failed passes, then a pass that succeeded again) and in the session-ended
+  consumers' logs (client errors, then records received again).
 
 The triggers and tables of the test live in ``public``: the service never sees them.
 """
@@ -38,9 +44,10 @@ from typing import IO, Any
 import asyncpg
 import httpx
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
 from tests.conftest import TEST_SECRET_KEY
-from tests.support.kafka import TansuBroker
+from tests.support.kafka import KafkaCluster
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
 from tests.support.waiting import wait_until, wait_until_sync
 
@@ -138,6 +145,8 @@ class Plan:
     devices: int = 24
     sign_in_share: float = 0.2
     expired_refresh_sessions: int = 2000
+    # Kafka: from the leader's kill to the second node's, then how long both stay down.
+    failover_gap_seconds: float = 4.0
     broker_pause_seconds: float = 10.0
     settle_timeout: float = 150.0
     seed: int = 7
@@ -147,7 +156,7 @@ class Topology:
     """Two processes of every role on one database (and one broker, for Kafka)."""
 
     def __init__(
-        self, database_url: str, workdir: Path, broker: TansuBroker | None, plan: Plan
+        self, database_url: str, workdir: Path, broker: KafkaCluster | None, plan: Plan
     ) -> None:
         self.database_url = database_url
         self.broker = broker
@@ -170,9 +179,10 @@ class Topology:
             "PIN_SIGN_IN__GLOBAL_LIMIT": "1000000",
         }
         if broker is not None:
-            self.env["PIN_KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
+            self.env |= broker.env()
         self.roles: list[Role] = []
         self.kills: list[str] = []
+        self.broker_kills: list[int] = []
 
     @contextlib.contextmanager
     def running(self) -> Iterator[Topology]:
@@ -236,14 +246,24 @@ class Topology:
         for role in victims:
             role.start()
 
-    async def pause_broker(self) -> None:
-        if self.broker is None:
+    async def fail_brokers(self) -> None:
+        """Kill (SIGKILL) the leader of session-ended's partition 0, then a second node; after
+        ``broker_pause_seconds`` start both again on their data, and wait for them."""
+        broker = self.broker
+        if broker is None:
             return
-        self.broker.freeze()
-        try:
-            await asyncio.sleep(self.plan.broker_pause_seconds)
-        finally:
-            self.broker.thaw()
+        leader = await asyncio.to_thread(broker.leader_of, SESSION_ENDED, 0)
+        await asyncio.to_thread(broker.kill, leader)
+        self.broker_kills.append(leader)
+        await asyncio.sleep(self.plan.failover_gap_seconds)
+        second = next(node.node_id for node in broker.nodes if node.alive())
+        await asyncio.to_thread(broker.kill, second)
+        self.broker_kills.append(second)
+        await asyncio.sleep(self.plan.broker_pause_seconds)
+        for node_id in self.broker_kills:
+            broker.restart(node_id)  # on this thread: the node must not die with a worker
+        everyone = {node.node_id for node in broker.nodes}
+        await asyncio.to_thread(broker.wait_for_brokers, everyone)
 
     def check_alive(self) -> None:
         dead = [role.name for role in self.roles if not role.alive()]
@@ -322,7 +342,7 @@ async def drive(topology: Topology) -> Traffic:
     async def faults() -> None:
         await asyncio.sleep(plan.seconds * 0.25)
         await topology.kill_one_of_each_role()
-        await topology.pause_broker()
+        await topology.fail_brokers()
 
     try:
         fault_task = asyncio.create_task(faults())
@@ -423,15 +443,64 @@ def _metric_sum(text: str, name: str) -> float:
     return sum(float(value) for value in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M))
 
 
-def scrape_duplicates(topology: Topology) -> float:
-    """Redeliveries the consumers alive at the end absorbed (a killed one's count is lost)."""
+def scrape(topology: Topology, roles: set[str], metric: str) -> float:
+    """``metric`` summed over the processes of ``roles`` alive at the end (a killed one's
+    count is lost with it)."""
     total = 0.0
     for role in topology.roles:
-        if role.name in CONSUMERS.values() and role.metrics_port is not None:
+        if role.name in roles and role.metrics_port is not None:
             with contextlib.suppress(httpx.HTTPError):
                 text = httpx.get(f"http://127.0.0.1:{role.metrics_port}/metrics", timeout=5).text
-                total += _metric_sum(text, "pin_consumer_duplicates_total")
+                total += _metric_sum(text, metric)
     return total
+
+
+def scrape_duplicates(topology: Topology) -> float:
+    """Redeliveries the consumers alive at the end absorbed."""
+    return scrape(topology, set(CONSUMERS.values()), "pin_consumer_duplicates_total")
+
+
+def _log_events(topology: Topology, role: str) -> list[list[str]]:
+    """The ``event`` of every JSON log line, per process log of ``role`` (in file order)."""
+    logs = []
+    for path in sorted((topology.workdir / "logs").glob(f"*-{role}.log")):
+        events = []
+        for line in path.read_text(errors="replace").splitlines():
+            found = re.search(r'"event": ?"([^"]*)"', line)
+            if found:
+                events.append(found.group(1))
+        logs.append(events)
+    return logs
+
+
+def _one_after_the_other(logs: list[list[str]], first: str, then: str) -> bool:
+    return any(first in events and then in events[events.index(first) :] for events in logs)
+
+
+def kafka_outage(topology: Topology) -> dict[str, Any]:
+    """The brokers' failure as the roles saw it; asserts it shows, and the recovery after."""
+    broker = topology.broker
+    assert broker is not None
+    relay_logs = _log_events(topology, "relay")
+    consumer_logs = _log_events(topology, CONSUMERS[SESSION_ENDED])
+    failed = scrape(topology, {"relay"}, "pin_outbox_publish_failed_total")
+    assert failed > 0, "the relays counted no publish failure during the outage"
+    assert _one_after_the_other(relay_logs, "pass failed, retrying", "pass succeeded again")
+    assert _one_after_the_other(consumer_logs, "kafka client error", "consumer receiving again")
+    admin = broker.admin()
+    [config] = admin.describe_configs([ConfigResource("topic", SESSION_ENDED)]).values()
+    topic = broker.admin().list_topics(SESSION_ENDED, timeout=10).topics[SESSION_ENDED]
+    replicas = {len(partition.replicas) for partition in topic.partitions.values()}
+    min_insync = int(config.result(timeout=30)["min.insync.replicas"].value)
+    assert (replicas, min_insync) == ({3}, 2), "made with PIN_KAFKA__REPLICATION_FACTOR=3"
+    return {
+        "brokersKilled": topology.broker_kills,
+        "replicationFactor": 3,
+        "minInsyncReplicas": min_insync,
+        "publishFailed": failed,
+        "relayFailedPasses": sum(events.count("pass failed, retrying") for events in relay_logs),
+        "consumerClientErrors": sum(events.count("kafka client error") for events in consumer_logs),
+    }
 
 
 async def reconcile(topology: Topology, traffic: Traffic) -> dict[str, Any]:
@@ -487,7 +556,7 @@ async def reconcile(topology: Topology, traffic: Traffic) -> dict[str, Any]:
         "sessions": len(sessions),
         "signIns": traffic.sign_ins,
         "killed": topology.kills,
-        "brokerPausedSeconds": topology.plan.broker_pause_seconds if topology.broker else 0,
+        "brokersDownSeconds": topology.plan.broker_pause_seconds if topology.broker else 0,
         "events": dict(Counter(r["topic"] for r in ledger)),
         "expiredRefreshSessions": expired,
         "facts": len(facts),
@@ -501,4 +570,5 @@ async def reconcile(topology: Topology, traffic: Traffic) -> dict[str, Any]:
         assert not lost, f"{len(lost)} events never reached their topic"
         summary["recordsOnTopics"] = sum(copies.values())
         summary["duplicatesDelivered"] = sum(copies.values()) - len(copies)
+        summary["outage"] = kafka_outage(topology)
     return summary

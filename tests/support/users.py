@@ -25,8 +25,8 @@ insert into identity.users (id, phone_number, created_at) values ($1, $2, $3)
 INSERT_SESSION = """
 insert into identity.refresh_sessions
     (id, user_id, family_id, token_hash, status, created_at, expires_at, last_used_at,
-     device_user_agent)
-values ($1, $2, $1, $3, 'Active', $4, $5, $4, 'tests')
+     device_user_agent, signed_in_at)
+values ($1, $2, $1, $3, 'Active', $4, $5, $4, 'tests', $4)
 """
 
 
@@ -47,13 +47,19 @@ async def signed_in_user(
     *,
     now: datetime,
     permissions: Iterable[str] = (),
+    user_id: uuid.UUID | None = None,
 ) -> SignedInUser:
-    user_id, session_id = new_id(), new_id()
-    phone = "+1555" + str(secrets.randbelow(10**7)).zfill(7)
-    await conn.execute(INSERT_USER, user_id, phone, now)
+    """A sign-in at ``now``: of a new user, or another one (a new family) of ``user_id``."""
+    session_id = new_id()
+    if user_id is None:
+        user_id = new_id()
+        phone = "+1555" + str(secrets.randbelow(10**7)).zfill(7)
+        await conn.execute(INSERT_USER, user_id, phone, now)
     token_hash = hashlib.sha256(secrets.token_bytes(32)).digest()
     await conn.execute(
         INSERT_SESSION, session_id, user_id, token_hash, now, now + timedelta(days=30)
     )
-    access = await signer.access_token(conn, user_id, session_id, now=now, permissions=permissions)
+    access = await signer.access_token(
+        conn, user_id, session_id, now=now, auth_time=now, permissions=permissions
+    )
     return SignedInUser(user_id, session_id, access.token)

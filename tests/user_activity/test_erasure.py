@@ -27,7 +27,7 @@ from pin_sessions.platform.messaging.runner import Outcome
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity import operations
 from pin_sessions.user_activity.consumers import SignedInConsumer, UserErasedConsumer
-from pin_sessions.user_activity.domain import device_info
+from pin_sessions.user_activity.domain import SignedInCaller, device_info
 from pin_sessions.user_activity.user_data import erase_user
 from tests.support.erasure import deliver, user_erased_message
 from tests.support.waiting import wait_until
@@ -35,6 +35,7 @@ from tests.user_activity.conftest import IPHONE, UserFactory, device, outbox, se
 from tests.user_activity.jobs.support import close_once, lock_waiters
 
 START = "/api/user-activity/sessions/start"
+LINK = "/api/user-activity/sessions/link"
 HEARTBEAT = "/api/user-activity/sessions/heartbeat"
 ACTIONS = "/api/user-activity/actions"
 VIEWS = "/api/user-activity/property-views"
@@ -121,7 +122,7 @@ async def test_the_erasure_deletes_the_users_rows_and_nobody_elses(
     mine, theirs, guest = new_id(), new_id(), new_id()
     # A guest session linked on sign-in: its guest-time actions are the user's too.
     await _activity(http, mine, device(mine))
-    assert (await http.post(START, headers=device(mine, user))).status_code == 200
+    assert (await http.post(LINK, headers=device(mine, user))).status_code == 200
     await _activity(http, theirs, device(theirs, other))
     await _activity(http, guest, device(guest))
     before = await _table_counts(runtime)
@@ -384,7 +385,11 @@ async def test_a_request_writing_when_the_erasure_starts_is_waited_for(
     try:
         async with writer.transaction() as conn:
             await operations.callers_session(
-                conn, anonymous_id, user.user_id, device_info(IPHONE, None), clock.now()
+                conn,
+                anonymous_id,
+                SignedInCaller(user.user_id, clock.now()),
+                device_info(IPHONE, None),
+                clock.now(),
             )
             erasing = asyncio.create_task(erase_user(runtime.database, user.user_id, clock.now()))
 

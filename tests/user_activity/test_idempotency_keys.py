@@ -107,7 +107,8 @@ async def test_the_same_key_with_another_request_is_refused_and_records_nothing(
     assert await rows(runtime, "property_object_views") == 0
 
 
-@pytest.mark.parametrize("key", ["", " x", "x ", "a" * 65, "ключ", "tab\there"])
+# Spaces around a key are trimmed as any header's (SPEC §11): " " is an empty key.
+@pytest.mark.parametrize("key", ["", " ", "a" * 65, "ключ", "tab\there"])
 async def test_a_malformed_key_is_a_400_and_records_nothing(
     http: httpx.AsyncClient, runtime: Runtime, key: str
 ) -> None:

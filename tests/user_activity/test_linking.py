@@ -1,4 +1,9 @@
-"""INV-SES-002: link once; same user no-op; another user force-closes and starts anew."""
+"""INV-SES-002: link once; same user no-op; another user force-closes and starts anew.
+
+Only linking changes who is on a device (SPEC §11): a start, heartbeat, action or view with
+a Bearer token is applied to the device's Active session as it is. The stale cases are in
+``test_device_ownership``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import httpx
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.user_activity.linking import link_device
+from pin_sessions.user_activity.linking import link_sign_in
 from tests.conftest import T0
 from tests.user_activity.conftest import UserFactory, device, outbox, sessions_of
 
@@ -23,8 +28,10 @@ VIEWS = "/api/user-activity/property-views"
 async def test_linking_an_unlinked_session_sets_the_user_and_publishes(
     http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
 ) -> None:
+    """linkedAt is the instant of the sign-in the link stands for: the token's auth_time."""
     anonymous_id = new_id()
     started = (await http.post(START, headers=device(anonymous_id))).json()
+    clock.advance(timedelta(seconds=3))
     user = await new_user()
     clock.advance(timedelta(seconds=5))
     response = await http.post(LINK, headers=device(anonymous_id, user))
@@ -32,11 +39,11 @@ async def test_linking_an_unlinked_session_sets_the_user_and_publishes(
     assert response.json() == {
         "sessionId": started["sessionId"],
         "userId": str(user.user_id),
-        "linkedAt": "2026-11-29T12:00:05Z",
+        "linkedAt": "2026-11-29T12:00:03Z",
         "switched": False,
     }
     [row] = await sessions_of(runtime, anonymous_id)
-    assert (row["user_id"], row["linked_at"]) == (user.user_id, T0 + timedelta(seconds=5))
+    assert (row["user_id"], row["linked_at"]) == (user.user_id, T0 + timedelta(seconds=3))
     [event] = await outbox(runtime, "pin.user-activity.session-linked")
     assert event["topic"] == "pin.user-activity.session-linked.v1"
     assert (event["version"], event["aggregate_type"]) == (1, "Session")
@@ -45,7 +52,7 @@ async def test_linking_an_unlinked_session_sets_the_user_and_publishes(
         "SessionId": started["sessionId"],
         "AnonymousId": str(anonymous_id),
         "UserId": str(user.user_id),
-        "LinkedAt": "2026-11-29T12:00:05+00:00",
+        "LinkedAt": "2026-11-29T12:00:03+00:00",
     }
 
 
@@ -82,11 +89,12 @@ async def test_another_user_force_closes_the_session_and_gets_a_new_one(
     http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
 ) -> None:
     anonymous_id = new_id()
-    first_user, second_user = await new_user(), await new_user()
+    first_user = await new_user()
     first = (await http.post(LINK, headers=device(anonymous_id, first_user))).json()
     clock.advance(timedelta(minutes=3))
     await http.post("/api/user-activity/sessions/heartbeat", headers=device(anonymous_id))
     clock.advance(timedelta(minutes=1))
+    second_user = await new_user()
     response = await http.post(LINK, headers=device(anonymous_id, second_user))
     body = response.json()
     assert body["switched"] is True
@@ -162,16 +170,16 @@ async def test_children_keep_their_user_snapshot_after_the_link(
 async def test_link_runs_without_http_in_the_callers_transaction(
     runtime: Runtime, http: httpx.AsyncClient
 ) -> None:
-    """The sign-ins consumer calls the operation with (anonymous_id, user_id, now)."""
+    """The sign-ins consumer calls the operation with (anonymous_id, user_id, SignedInAt, now)."""
     anonymous_id, user_id = new_id(), new_id()
     started = (await http.post(START, headers=device(anonymous_id))).json()
     async with runtime.database.transaction() as conn:
-        outcome = await link_device(conn, anonymous_id, user_id, T0)
+        outcome = await link_sign_in(conn, anonymous_id, user_id, T0, T0)
     assert outcome is not None
     assert str(outcome.session.id) == started["sessionId"]
     assert outcome.session.user_id == user_id
     async with runtime.database.transaction() as conn:
-        assert await link_device(conn, new_id(), user_id, T0) is None
+        assert await link_sign_in(conn, new_id(), user_id, T0, T0) is None
     assert all(row["user_id"] == user_id for row in await sessions_of(runtime, anonymous_id))
 
 
@@ -204,7 +212,7 @@ async def test_a_switch_without_http_keeps_the_device_of_the_closed_session(
     await http.post(LINK, headers=device(anonymous_id, first_user))
     second_user_id = new_id()
     async with runtime.database.transaction() as conn:
-        outcome = await link_device(conn, anonymous_id, second_user_id, T0)
+        outcome = await link_sign_in(conn, anonymous_id, second_user_id, T0, T0)
     assert outcome is not None
     assert outcome.switched is True
     closed, current = await sessions_of(runtime, anonymous_id)
@@ -231,68 +239,62 @@ async def test_a_signed_in_heartbeat_that_restarts_links_the_new_session(
     assert event["payload"]["SessionId"] == response.json()["sessionId"]
 
 
-async def test_an_action_with_another_users_token_is_recorded_in_their_own_session(
+async def test_an_action_with_another_users_token_is_recorded_in_the_devices_session(
     http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
 ) -> None:
-    """INV-SES-002: the caller is the user on the device now, linked or not yet."""
+    """SPEC §11: an action never switches the device, however fresh its token."""
     anonymous_id = new_id()
-    first_user, second_user = await new_user(), await new_user()
+    first_user = await new_user()
     first = (await http.post(START, headers=device(anonymous_id, first_user))).json()
     clock.advance(timedelta(minutes=2))
+    second_user = await new_user()
     response = await http.post(
         ACTIONS, headers=device(anonymous_id, second_user), json={"type": "search"}
     )
     assert response.status_code == 201, response.text
-    recorded = response.json()
-    assert recorded["sessionId"] != first["sessionId"]
-    closed, current = await sessions_of(runtime, anonymous_id)
-    assert (closed["status"], closed["user_id"]) == ("Inactive", first_user.user_id)
-    assert (current["status"], current["user_id"]) == ("Active", second_user.user_id)
-    assert str(current["id"]) == recorded["sessionId"]
+    assert response.json()["sessionId"] == first["sessionId"]
+    [row] = await sessions_of(runtime, anonymous_id)
+    assert (row["status"], row["user_id"]) == ("Active", first_user.user_id)
+    assert row["last_activity_at"] == T0 + timedelta(minutes=2)
     async with runtime.database.connection() as conn:
         [action] = await conn.fetch("select session_id, user_id from user_activity.action_events")
-    assert (action["session_id"], action["user_id"]) == (current["id"], second_user.user_id)
-    [ended] = await outbox(runtime, "pin.user-activity.session-ended")
-    assert ended["payload"]["SessionId"] == first["sessionId"]
+    # The child's snapshot is its session's user, as for every child (SPEC §5).
+    assert (action["session_id"], action["user_id"]) == (row["id"], first_user.user_id)
+    assert await outbox(runtime, "pin.user-activity.session-ended") == []
 
 
-async def test_a_property_view_with_another_users_token_is_recorded_in_their_own_session(
+async def test_a_property_view_with_another_users_token_is_recorded_in_the_devices_session(
     http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
 ) -> None:
     anonymous_id = new_id()
-    first_user, second_user = await new_user(), await new_user()
+    first_user = await new_user()
     first = (await http.post(START, headers=device(anonymous_id, first_user))).json()
     clock.advance(timedelta(minutes=2))
+    second_user = await new_user()
     response = await http.post(
         VIEWS, headers=device(anonymous_id, second_user), json={"propertyObjectId": str(new_id())}
     )
     assert response.status_code == 201, response.text
-    closed, current = await sessions_of(runtime, anonymous_id)
-    assert (str(closed["id"]), closed["status"]) == (first["sessionId"], "Inactive")
-    assert (current["status"], current["user_id"]) == ("Active", second_user.user_id)
-    assert response.json()["sessionId"] == str(current["id"])
-    async with runtime.database.connection() as conn:
-        [view] = await conn.fetch(
-            "select session_id, user_id from user_activity.property_object_views"
-        )
-    assert (view["session_id"], view["user_id"]) == (current["id"], second_user.user_id)
-    assert len(await outbox(runtime, "pin.user-activity.session-ended")) == 1
+    assert response.json()["sessionId"] == first["sessionId"]
+    [row] = await sessions_of(runtime, anonymous_id)
+    assert (row["status"], row["user_id"]) == ("Active", first_user.user_id)
+    assert await outbox(runtime, "pin.user-activity.session-ended") == []
 
 
-async def test_an_action_with_a_token_links_the_devices_unlinked_session(
+async def test_an_action_with_a_token_leaves_the_devices_unlinked_session_a_guests(
     http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory
 ) -> None:
-    """The same as a signed-in start: the guest session becomes the caller's, not a new one."""
+    """Linking is the link route's and the sign-ins consumer's (seed 003, SPEC §11)."""
     anonymous_id = new_id()
     started = (await http.post(START, headers=device(anonymous_id))).json()
     user = await new_user()
     response = await http.post(ACTIONS, headers=device(anonymous_id, user), json={"type": "x"})
     assert response.json()["sessionId"] == started["sessionId"]
     [row] = await sessions_of(runtime, anonymous_id)
-    assert (row["status"], row["user_id"]) == ("Active", user.user_id)
+    assert (row["status"], row["user_id"]) == ("Active", None)
     async with runtime.database.connection() as conn:
-        assert await conn.fetchval("select user_id from user_activity.action_events") == (
-            user.user_id
-        )
-    [linked] = await outbox(runtime, "pin.user-activity.session-linked")
-    assert linked["payload"]["SessionId"] == started["sessionId"]
+        assert await conn.fetchval("select user_id from user_activity.action_events") is None
+    assert await outbox(runtime, "pin.user-activity.session-linked") == []
+    # The link that follows a sign-in makes the session, and so the action, the user's.
+    linked = (await http.post(LINK, headers=device(anonymous_id, user))).json()
+    assert (linked["sessionId"], linked["userId"]) == (started["sessionId"], str(user.user_id))

@@ -1,4 +1,5 @@
-"""SPEC §6: a sign-in event older than the device's current session changes nothing.
+"""SPEC §6: a sign-in event older than the device's current session changes nothing; with
+§11, late events and stale tabs together still leave the device to the latest sign-in.
 
 The events go through the real consumer on the built-in PostgreSQL bus; the messaging
 suite runs the out-of-order cases over both buses.
@@ -10,6 +11,7 @@ import json
 from datetime import timedelta
 
 import httpx
+from prometheus_client import CollectorRegistry
 
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
@@ -20,6 +22,7 @@ from pin_sessions.platform.outbox import IntegrationEvent, append
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity.consumers import SignedInConsumer
 from tests.conftest import T0, LogCapture
+from tests.support.tokens import Tokens
 from tests.user_activity.conftest import (
     UserFactory,
     device,
@@ -27,8 +30,12 @@ from tests.user_activity.conftest import (
     sessions_of,
     sign_in_event,
 )
+from tests.user_activity.jobs.support import close_once
 
 START = "/api/user-activity/sessions/start"
+HEARTBEAT = "/api/user-activity/sessions/heartbeat"
+LINK = "/api/user-activity/sessions/link"
+ACTIONS = "/api/user-activity/actions"
 STALE = "user_activity_stale_sign_ins_total"
 
 
@@ -121,3 +128,53 @@ async def test_a_late_sign_in_of_the_devices_user_is_a_no_op_not_a_stale_one(
     [row] = await sessions_of(runtime, anonymous_id)
     assert (row["status"], row["user_id"]) == ("Active", user.user_id)
     assert _stale_count(runtime) == 0
+
+
+async def test_a_late_sign_in_takes_the_device_from_a_stale_tabs_restart(
+    http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
+) -> None:
+    """SPEC §6 with §11: B signed in after A, but only B's event tells (B's client never
+    linked). A's tab restarts the device's session before that event is consumed: the
+    session is A's, linked at A's sign-in, so B's sign-in, later, is not stale."""
+    anonymous_id = new_id()
+    user_a = await new_user()
+    await http.post(LINK, headers=device(anonymous_id, user_a))
+    b_signed_in_at, user_b = T0 + timedelta(minutes=1), new_id()
+    clock.advance(timedelta(minutes=17))
+    assert (await close_once(runtime, CollectorRegistry())).closed == 1
+    refreshed = await Tokens.of(runtime).access(
+        user_a.user_id, user_a.session_id, now=clock.now(), auth_time=T0
+    )
+    headers = device(anonymous_id) | {"Authorization": f"Bearer {refreshed}"}
+    restarted = (await http.post(HEARTBEAT, headers=headers)).json()
+    assert restarted["restarted"] is True
+
+    clock.advance(timedelta(minutes=1))
+    await _deliver_late(runtime, sign_in_event(user_b, anonymous_id, b_signed_in_at))
+    _, a_restart, current = await sessions_of(runtime, anonymous_id)
+    assert (str(a_restart["id"]), a_restart["user_id"]) == (restarted["sessionId"], user_a.user_id)
+    assert (a_restart["status"], a_restart["linked_at"]) == ("Inactive", T0)
+    assert (current["status"], current["user_id"]) == ("Active", user_b)
+    assert current["linked_at"] == b_signed_in_at
+    assert _stale_count(runtime) == 0
+
+
+async def test_a_stale_tab_after_a_late_sign_in_leaves_the_device_to_the_later_user(
+    http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
+) -> None:
+    """B's sign-in reached the device through the event alone; A's tab acts afterwards."""
+    anonymous_id = new_id()
+    user_a = await new_user()
+    await http.post(LINK, headers=device(anonymous_id, user_a))
+    user_b = new_id()
+    clock.advance(timedelta(minutes=2))
+    await _deliver_late(runtime, sign_in_event(user_b, anonymous_id, T0 + timedelta(minutes=1)))
+    clock.advance(timedelta(minutes=1))
+    action = await http.post(ACTIONS, headers=device(anonymous_id, user_a), json={"type": "x"})
+    link = await http.post(LINK, headers=device(anonymous_id, user_a))
+    closed, current = await sessions_of(runtime, anonymous_id)
+    assert (closed["user_id"], closed["status"]) == (user_a.user_id, "Inactive")
+    assert (current["user_id"], current["status"]) == (user_b, "Active")
+    assert action.json()["sessionId"] == link.json()["sessionId"] == str(current["id"])
+    assert link.json()["stale"] is True
+    assert len(await outbox(runtime, "pin.user-activity.session-ended")) == 1

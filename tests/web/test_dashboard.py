@@ -142,8 +142,9 @@ async def test_without_the_permission_the_dashboard_says_so_instead_of_drawing(
         user.access_token,
     )
     await page.reload()
-    await page.wait_for_selector("#status.error")
-    assert "dev-stats.view" in (await page.text_content("#status") or "")
+    await page.wait_for_selector("#no-permission:not([hidden])")
+    assert "dev-stats.view" in (await page.text_content("#no-permission") or "")
+    assert await page.locator("#sign-out-denied").is_visible()  # it offers what it says
     assert await page.locator("#dashboard").is_hidden()
 
 

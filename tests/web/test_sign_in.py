@@ -37,10 +37,9 @@ def settings_env(settings_env: dict[str, str], gateway: GatewayServer) -> dict[s
 
 
 async def open_page(device: BrowserContext, path: str) -> Page:
-    """Load a page and wait until it has asked whether development codes exist."""
+    """Load a page and wait until its sign-in form shows."""
     page = await device.new_page()
-    async with page.expect_response(lambda response: "/dev/sign-in-codes/" in response.url):
-        await page.goto(path)
+    await page.goto(path)
     await page.wait_for_selector("#sign-in-form:not([hidden])")
     return page
 

@@ -1,5 +1,6 @@
 """The tracker in real Chromium against the live API: one session per device, heartbeats
-only from a visible tab in use, linking on sign-in, and the offline queue.
+only from a visible tab in use, linking on sign-in (the latest sign-in owning the device),
+and the offline queue.
 
 The demo's screenshot is kept as a test artefact in its test's ``tmp_path`` (under pytest's
 ``--basetemp``)."""
@@ -8,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
-from playwright.async_api import BrowserContext
+from playwright.async_api import BrowserContext, Page
 
+from pin_sessions.platform.clock import FixedClock
 from tests.web.pages import (
     ACTIONS_PATH,
     HEARTBEAT_PATH,
@@ -145,6 +149,58 @@ async def test_signing_in_on_the_demo_links_the_device_session_to_the_user(
     assert session["userId"] == tokens["userId"]
     # The guest's action is part of the user's history now, through the session.
     assert [action["type"] for action in session["actions"]] == ["favourite-added"]
+
+
+async def _sign_in_on(page: Page, phone: str) -> dict[str, Any]:
+    """Sign in on the demo page; the tracker links the device. The tab's token pair."""
+    await page.fill("#phone", phone)
+    await page.click("#sign-in")
+    await page.wait_for_function(
+        "() => document.getElementById('status').textContent.startsWith('Signed in')"
+    )
+    tokens: dict[str, Any] = json.loads(
+        await page.evaluate("() => sessionStorage.getItem('pin.demo.tokens')") or "null"
+    )
+    return tokens
+
+
+async def test_a_later_sign_in_in_another_tab_keeps_the_device_whatever_the_first_tab_sends(
+    device: BrowserContext, http: httpx.AsyncClient, clock: FixedClock
+) -> None:
+    """SPEC §11: one browser, two tabs, two users (each tab keeps its own tokens). B signs in
+    after A: the tracker's link of B's fresh sign-in wins, and A's tab — its link sent
+    again, its token still valid — never takes the device back."""
+    first_tab, second_tab = await device.new_page(), await device.new_page()
+    await open_demo(first_tab)
+    a = await _sign_in_on(first_tab, "+15550100701")
+    assert (await tracker(first_tab))["userId"] == a["userId"]
+
+    clock.advance(timedelta(minutes=1))
+    await open_demo(second_tab)
+    b = await _sign_in_on(second_tab, "+15550100702")
+    b_linked = await tracker(second_tab)
+    assert b_linked["userId"] == b["userId"]
+
+    # The first tab links A again (a queued link retried, a reload): stale, a 200 all the
+    # same, and the tracker learns whose the device's session is.
+    again = await first_tab.evaluate("token => window.pinTracker.link(token)", a["accessToken"])
+    assert again == {
+        "sessionId": b_linked["sessionId"],
+        "userId": b["userId"],
+        "linkedAt": again["linkedAt"],
+        "switched": False,
+        "stale": True,
+    }
+    # And what the first tab tracks still lands in the device's session, B's.
+    await first_tab.click("button[data-favourite]")
+    await first_tab.wait_for_function("() => window.pinTracker.pending === 0")
+
+    mine = await http.get(SESSIONS, headers={"Authorization": f"Bearer {b['accessToken']}"})
+    [session] = mine.json()["items"]
+    assert (session["sessionId"], session["status"]) == (b_linked["sessionId"], "Active")
+    assert [action["type"] for action in session["actions"]] == ["favourite-added"]
+    theirs = await http.get(SESSIONS, headers={"Authorization": f"Bearer {a['accessToken']}"})
+    assert [item["status"] for item in theirs.json()["items"]] == ["Inactive"]
 
 
 async def test_actions_taken_offline_are_delivered_once_when_back_online(

@@ -23,7 +23,8 @@ export interface TrackerOptions {
   /** Send and store nothing when the browser says Do-Not-Track or Global Privacy Control,
    * unless the visitor consents explicitly. Default true. */
   respectDoNotTrack?: boolean;
-  /** Injectable for tests and non-browser hosts. */
+  /** Injectable for tests and non-browser hosts; without a `window` (given or global) the
+   * tracker is inert. */
   fetch?: typeof fetch;
   now?: () => number;
   random?: () => number;
@@ -64,9 +65,14 @@ export interface ViewEnded {
 
 export interface SessionLinked {
   sessionId: string;
-  userId: string;
-  linkedAt: string;
+  /** The session's user: the caller's, unless `stale` (then another user's, or null). */
+  userId: string | null;
+  /** The instant of the sign-in the link stands for; null for a guest's session. */
+  linkedAt: string | null;
   switched: boolean;
+  /** Present when another user signed in on the device after this token's sign-in: the
+   * link changed nothing and the answer is the device's session as it is. */
+  stale?: true;
 }
 
 export interface TrackerStats {
@@ -79,7 +85,15 @@ export interface TrackerStats {
   pending: number;
 }
 
-export type TrackerStatus = "tracking" | "stopped" | "opted-out" | "no-consent" | "do-not-track";
+/** "no-browser": created outside a browser (no `window`, none given): inert, it sends,
+ * stores and schedules nothing. */
+export type TrackerStatus =
+  | "tracking"
+  | "stopped"
+  | "opted-out"
+  | "no-consent"
+  | "do-not-track"
+  | "no-browser";
 
 /**
  * Every method that sends something resolves once the API accepted it, or with null

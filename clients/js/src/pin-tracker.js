@@ -6,6 +6,10 @@
 // Nothing is sent or stored while the visitor has not consented (when consent is required),
 // opted out, or asked not to be tracked. The HTTP contract is the service's
 // `/api/user-activity/*` API; no error of the tracker ever escapes to the host page.
+//
+// Outside a browser (Node, server-side rendering: no `window`, none given) a tracker is
+// inert: status "no-browser", nothing sent or stored, no timer held, every method resolving
+// null. Tests and other hosts pass `window` (with `document` and `fetch`) to run it there.
 
 const API = "/api/user-activity";
 const ID_KEY = "pin.anonymousId";
@@ -83,20 +87,25 @@ export class Tracker {
   #lastHeartbeatAt = Number.NEGATIVE_INFINITY;
   #finalHeartbeatSent = false;
   #view = null;
+  #inert;
   #listeners = [];
   #stats = { ticks: 0, heartbeats: 0, finalHeartbeats: 0, delivered: 0, dropped: 0, retries: 0 };
 
   constructor(options = {}) {
     this.#options = { ...DEFAULTS, ...options };
     const win = (this.#window = options.window ?? globalThis.window);
+    // No page to watch: a session started here would be a server's, kept alive by a timer.
+    this.#inert = !win;
     this.#document = options.document ?? globalThis.document;
     const fetch = options.fetch ?? globalThis.fetch;
     this.#fetch = fetch ? (url, init) => fetch.call(globalThis, url, init) : null;
     // Monotonic: a wall clock set back would make an idle page look busy for hours.
     this.#now = options.now ?? (() => globalThis.performance?.now() ?? Date.now());
     this.#random = options.random ?? Math.random;
-    this.#store = new Store(options.storage === undefined ? localStorageOf(win) : options.storage);
-    this.#shared = new SharedDeviceId(options.indexedDB === undefined ? win?.indexedDB : options.indexedDB);
+    const storage = options.storage === undefined ? localStorageOf(win) : options.storage;
+    this.#store = new Store(this.#inert ? null : storage);
+    const indexedDB = options.indexedDB === undefined ? win?.indexedDB : options.indexedDB;
+    this.#shared = new SharedDeviceId(this.#inert ? null : indexedDB);
     if (this.#allowed()) this.#anonymousId = this.#readId();
     if (this.#options.autoStart) this.start();
   }
@@ -121,8 +130,9 @@ export class Tracker {
     return this.#queue.length;
   }
 
-  /** "tracking", "stopped", "opted-out", "no-consent" or "do-not-track". */
+  /** "tracking", "stopped", "opted-out", "no-consent", "do-not-track" or "no-browser". */
   get status() {
+    if (this.#inert) return "no-browser";
     if (this.#store.get(OPT_OUT_KEY)) return "opted-out";
     if (!this.#allowed()) {
       return this.#consent() === "denied" || this.#options.requireConsent ? "no-consent" : "do-not-track";
@@ -242,6 +252,7 @@ export class Tracker {
 
   /** An explicit "granted" wins over Do-Not-Track; an opt-out wins over everything. */
   #allowed() {
+    if (this.#inert) return false;
     if (this.#store.get(OPT_OUT_KEY)) return false;
     const consent = this.#consent();
     if (consent) return consent === "granted";

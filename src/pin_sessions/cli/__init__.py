@@ -21,6 +21,8 @@ from pin_sessions.platform.embedded import (
     private_runtime_dir,
 )
 from pin_sessions.platform.messaging.kafka import ClientOptionsRejected, check_client_options
+from pin_sessions.platform.process import RoleCannotRun
+from pin_sessions.platform.serving import CannotListen
 from pin_sessions.settings import (
     RECOMMENDED_SECRET_KEY_LENGTH,
     Settings,
@@ -66,13 +68,18 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         )
     command: Command = args.run
     try:
+        messaging.check_kafka_at_start(settings, args.command)
         _give_embedded_a_runtime_dir(settings)
         return command(settings, args)
+    except RoleCannotRun as exc:
+        # At start or later: a setting Kafka refuses, a topic the relay may not create.
+        print(str(exc), file=sys.stderr)
+        return exc.exit_status
     except SettingsError as exc:
         # A rule of the role the command starts (the API's), checked before it starts.
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
-    except (DataDirBusy, DatabaseLost, RuntimeDirRefused) as exc:
+    except (DataDirBusy, DatabaseLost, RuntimeDirRefused, CannotListen) as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE
 

@@ -13,13 +13,17 @@ import sys
 from typing import TYPE_CHECKING
 
 import structlog
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from pin_sessions.bootstrap import (
     CONSUMERS,
+    PUBLISHED_TOPICS,
     build_consumer,
     build_relay,
     build_runtime,
     database_endpoint,
+    topic_policy,
     worker_database,
 )
 from pin_sessions.cli.common import (
@@ -28,6 +32,12 @@ from pin_sessions.cli.common import (
     metrics_endpoint,
     metrics_port,
     role_banner,
+)
+from pin_sessions.platform.messaging.kafka import admin_config
+from pin_sessions.platform.messaging.kafka_admin import (
+    check_access,
+    ensure_topics,
+    missing_topic_refusal,
 )
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.process import Role, install_stop_signals, run_process, run_roles
@@ -43,6 +53,12 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pin_sessions.cli")
 
 STOP_GRACE_SECONDS = 10.0
+# How long the start waits for a first answer from Kafka before the role starts anyway and
+# retries (a refusal comes within a second or so; a broker still starting may take longer).
+ACCESS_CHECK_SECONDS = 15.0
+# The commands whose roles connect to Kafka, and those among them that run the relay.
+CONNECTING_COMMANDS = frozenset({"relay", "consume", "up"})
+RELAYING_COMMANDS = frozenset({"relay", "up"})
 
 
 def add_parsers(commands: Commands) -> None:
@@ -69,6 +85,31 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             run_process(run_role(runtime, role))
         log.info("stopped", role=role.name)
     return 0
+
+
+def check_kafka_at_start(settings: Settings, command: str) -> None:
+    """Before a role that uses Kafka starts: connect once as it will, and (relay) make the
+    contexts' missing topics. A refused password, an untrusted certificate, a topic the
+    relay may not create raise ``RoleCannotRun`` with one line; a broker that does not
+    answer yet is only warned about, since the roles retry."""
+    servers = settings.kafka_bootstrap_servers
+    if not servers or command not in CONNECTING_COMMANDS:
+        return
+    options = settings.kafka.librdkafka_options()
+    config = admin_config(servers, options)
+    if not check_access(config, options, timeout=ACCESS_CHECK_SECONDS):
+        log.warning("Kafka did not answer at start; starting anyway", bootstrapServers=servers)
+        return
+    if command not in RELAYING_COMMANDS:
+        return
+    admin = AdminClient({**config, "log_level": 0})
+    try:
+        not_allowed = ensure_topics(admin, PUBLISHED_TOPICS, topic_policy(settings.kafka))
+    except KafkaException as exc:
+        log.warning("topics not checked at start; the relay makes them", error=str(exc))
+        return
+    if not_allowed:
+        raise missing_topic_refusal(not_allowed, options)
 
 
 def delivery_role(runtime: Runtime, args: argparse.Namespace) -> Role:

@@ -1,14 +1,26 @@
 """``pin-sessions serve [--host] [--port] [--workers N]``: the HTTP API only.
 
+It listens on ``--host``/``--port`` when given, else on ``PIN_HTTP__HOST``/``PIN_HTTP__PORT``
+(127.0.0.1:8000): the flag wins for this process. The socket is bound before the API is
+built, so an unset ``PIN_PUBLIC_URL`` follows the address really bound, port 0 included
+(SPEC §11): the tokens' ``iss``, the OAuth metadata's URLs and the banner all name it.
+
 With ``--workers N`` this process binds the port once and supervises N worker
 processes that each serve it as a single ``serve`` would (``platform/supervisor.py``),
 with one ``/metrics`` for them all: prometheus-client's multiprocess mode, its files in
 a directory made for this run and removed after it.
+
+Metrics are served on ``--metrics-port`` or ``PIN_METRICS_PORT`` when one is given, as by
+every role — under ``--workers N`` by this supervising process, merged — and outside prod
+also on the API port. In prod the API port never shows them (SPEC §11): without a metrics
+port the API serves no metrics at all, and says so at start.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -19,16 +31,22 @@ from typing import TYPE_CHECKING
 import structlog
 
 from pin_sessions.bootstrap import build_api, build_runtime, database_endpoint
-from pin_sessions.cli.common import EXIT_FAILURE, configure_process_logging, print_banner
+from pin_sessions.cli.common import (
+    EXIT_FAILURE,
+    add_metrics_port,
+    configure_process_logging,
+    metrics_endpoint,
+    metrics_port,
+    print_banner,
+)
 from pin_sessions.platform.metrics import merged_registry
 from pin_sessions.platform.process import install_stop_signals, run_process, run_roles
-from pin_sessions.platform.serving import ApiRole, ApiServer
+from pin_sessions.platform.serving import ApiRole, ApiServer, bound_port, listen_socket
 from pin_sessions.platform.supervisor import Supervisor, WorkerFailedToStart
 from pin_sessions.platform.tracing import process_tracing
-from pin_sessions.settings import load_settings
+from pin_sessions.settings import is_wildcard_host, listening_url, load_settings
 
 if TYPE_CHECKING:
-    import argparse
     from collections.abc import Callable
     from multiprocessing.synchronize import Event as ProcessEvent
 
@@ -40,18 +58,54 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pin_sessions.cli")
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
 # prometheus-client reads it when imported: set here, for the workers, before they start.
 MULTIPROC_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def add_parsers(commands: Commands) -> None:
     serve = commands.add_parser("serve", help="the HTTP API only")
-    serve.add_argument("--host", default=DEFAULT_HOST)
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT)
+    add_address_arguments(serve)
     serve.add_argument("--workers", type=int, default=1)
+    add_metrics_port(serve)
     serve.set_defaults(run=run)
+
+
+def add_address_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--host`` and ``--port``: unset, the settings decide (``PIN_HTTP__HOST``/``__PORT``)."""
+    parser.add_argument("--host", default=None, help="default: PIN_HTTP__HOST (127.0.0.1)")
+    parser.add_argument(
+        "--port", type=_port, default=None, help="default: PIN_HTTP__PORT (8000); 0: any free port"
+    )
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return port
+
+
+def bind_api(settings: Settings, args: argparse.Namespace) -> tuple[Settings, socket.socket]:
+    """Listen where the flags (else the settings) say; the settings as that address makes them.
+
+    A ``--host``/``--port`` flag wins over ``PIN_HTTP__HOST``/``__PORT``. The returned settings
+    carry the address bound, so everything built from them — the token issuer and the
+    OAuth metadata when ``PIN_PUBLIC_URL`` is unset, the banner — names the real port.
+    """
+    host: str = settings.http.host if args.host is None else args.host
+    port: int = settings.http.port if args.port is None else args.port
+    sock = listen_socket(host, port)
+    bound = settings.listening_on(host, bound_port(sock))
+    if bound.public_url is None and is_wildcard_host(host):
+        log.warning(
+            "PIN_PUBLIC_URL is unset: tokens name this machine's loopback address as their "
+            "issuer, which other machines cannot reach; set PIN_PUBLIC_URL",
+            issuer=bound.effective_public_url,
+        )
+    return bound, sock
 
 
 def stop_grace_seconds(settings: Settings) -> float:
@@ -62,37 +116,51 @@ def stop_grace_seconds(settings: Settings) -> float:
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     settings.check_api_can_sign_in()
-    with database_endpoint(settings) as dsn:
+    metrics_port = api_metrics_port(settings, args)
+    settings, sock = bind_api(settings, args)
+    with contextlib.closing(sock), database_endpoint(settings) as dsn:
         if args.workers > 1:
             return _serve_workers(
-                settings, dsn, args.host, args.port, args.workers, console=args.console
+                settings, dsn, sock, args.workers, metrics_port, console=args.console
             )
         with process_tracing("api", os.environ):
             runtime = build_runtime(settings, dsn)
             role = api_role(
                 runtime,
-                args.host,
-                args.port,
+                sock,
                 on_listening=(
-                    (lambda port: print_banner("PIN Sessions API", api_urls(args.host, port)))
+                    (lambda _port: print_banner("PIN Sessions API", api_urls(settings)))
                     if args.console
                     else None
                 ),
             )
-            run_process(serve_api(role, settings))
+            with metrics_endpoint(metrics_port, runtime.registry):
+                run_process(serve_api(role, settings))
     return 0
 
 
-def api_urls(host: str, port: int) -> dict[str, str]:
-    """Every page a newcomer may open, in the order they will want them."""
-    base = f"http://{host}:{port}"
-    return {
-        "API": base,
-        "Docs": f"{base}/docs",
-        "Demo": f"{base}/demo",
-        "Dashboard": f"{base}/dev-stats",
-        "Metrics": f"{base}/metrics",
-    }
+def api_metrics_port(settings: Settings, args: argparse.Namespace) -> int | None:
+    """The API's metrics port; in prod, where the API port shows none, a missing one is said."""
+    port = metrics_port(settings, args)
+    if port is None and not settings.serves_metrics_on_api_port:
+        log.warning(
+            "no metrics are served: PIN_METRICS_PORT is unset, and in prod the API port "
+            "has no /metrics"
+        )
+    return port
+
+
+def api_urls(settings: Settings) -> dict[str, str]:
+    """Every page a newcomer may open, in the order they will want them, on the address the
+    API listens on (``settings`` as :func:`bind_api` returned them)."""
+    base = listening_url(settings.http.host, settings.http.port)
+    urls = {"API": base}
+    if settings.serves_docs:
+        urls["Docs"] = f"{base}/docs"
+    urls |= {"Demo": f"{base}/demo", "Dashboard": f"{base}/dev-stats"}
+    if settings.serves_metrics_on_api_port:
+        urls["Metrics"] = f"{base}/metrics"
+    return urls
 
 
 async def serve_api(role: ApiRole, settings: Settings) -> None:
@@ -102,24 +170,34 @@ async def serve_api(role: ApiRole, settings: Settings) -> None:
 
 
 def _serve_workers(
-    settings: Settings, dsn: str, host: str, port: int, workers: int, *, console: bool
+    settings: Settings,
+    dsn: str,
+    sock: socket.socket,
+    workers: int,
+    metrics_port: int | None,
+    *,
+    console: bool,
 ) -> int:
     metrics_dir = tempfile.mkdtemp(prefix="pin-sessions-metrics-")
     os.environ[MULTIPROC_DIR_VARIABLE] = metrics_dir
-    sock = socket.create_server((host, port), backlog=2048)
     sock.set_inheritable(True)
-    log.info("serving with workers", workers=workers, url=f"http://{host}:{port}")
+    urls = api_urls(settings)
+    log.info("serving with workers", workers=workers, url=urls["API"])
     if console:
-        print_banner(f"PIN Sessions API ({workers} workers)", api_urls(host, port))
+        print_banner(f"PIN Sessions API ({workers} workers)", urls)
     try:
-        Supervisor(
-            _ApiWorker(dsn, host), sock, workers, stop_grace_seconds=stop_grace_seconds(settings)
-        ).run()
+        # Every worker's samples, merged from their files at each scrape.
+        with metrics_endpoint(metrics_port, merged_registry(metrics_dir)):
+            Supervisor(
+                _ApiWorker(dsn, settings.http.host),
+                sock,
+                workers,
+                stop_grace_seconds=stop_grace_seconds(settings),
+            ).run()
     except WorkerFailedToStart as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     finally:
-        sock.close()
         shutil.rmtree(metrics_dir, ignore_errors=True)
     log.info("stopped")
     return 0
@@ -134,16 +212,15 @@ class _ApiWorker:
 
     def __call__(self, sock: socket.socket, listening: ProcessEvent) -> None:
         # A fresh interpreter: it wires itself from the environment it inherited, like
-        # any command, and reports its metrics through the shared directory.
-        settings = load_settings(os.environ)
+        # any command, on the address its parent bound, and reports its metrics through
+        # the shared directory.
+        settings = load_settings(os.environ).listening_on(self.host, bound_port(sock))
         configure_process_logging(settings)
         with process_tracing("api", os.environ):
             runtime = build_runtime(settings, self.dsn)
             role = api_role(
                 runtime,
-                self.host,
-                sock.getsockname()[1],
-                sock=sock,
+                sock,
                 metrics_view=merged_registry(os.environ[MULTIPROC_DIR_VARIABLE]),
                 on_listening=lambda _port: listening.set(),
             )
@@ -152,29 +229,31 @@ class _ApiWorker:
 
 def api_role(
     runtime: Runtime,
-    host: str,
-    port: int,
+    sock: socket.socket,
     *,
-    sock: socket.socket | None = None,
     metrics_view: CollectorRegistry | None = None,
     on_listening: Callable[[int], None] | None = None,
 ) -> ApiRole:
-    """The API as a role that logs where it listens once it does."""
+    """The API on the bound ``sock``, as a role that logs where it listens once it does."""
 
-    def listening(bound_port: int) -> None:
-        urls = api_urls(host, bound_port)
+    def listening(port: int) -> None:
+        urls = api_urls(runtime.settings)
         log.info(
-            "listening", url=urls.pop("API"), **{name.lower(): url for name, url in urls.items()}
+            "listening",
+            url=urls.pop("API"),
+            publicUrl=runtime.settings.effective_public_url,
+            **{name.lower(): url for name, url in urls.items()},
         )
         if on_listening is not None:
-            on_listening(bound_port)
+            on_listening(port)
 
     http = runtime.settings.http
     server = ApiServer(
         build_api(runtime, metrics_view=metrics_view),
-        host=host,
-        port=port,
+        host=http.host,
+        port=http.port,
         sock=sock,
         shutdown_timeout=http.shutdown_timeout,
+        read_timeout=http.read_timeout,
     )
     return ApiRole(server, on_listening=listening, shutdown_delay=http.shutdown_delay)

@@ -1,7 +1,11 @@
-"""``pin-sessions token m2m --client NAME --scope SCOPE…``: a development m2m token.
+"""``pin-sessions token m2m --client ID|NAME [--scope SCOPE…]``: a development m2m token.
 
 A convenience for development machines, refused when ``PIN_ENV=prod``: services get
-their tokens from ``POST /oauth/token`` with their client's credentials (SPEC §8).
+their tokens from ``POST /oauth/token`` with their client's credentials (SPEC §8). It
+skips only the secret: the client must be registered (``clients create``) and Active, the
+scopes must be its own, and the token is minted by the token endpoint's own use case, so
+its claims are exactly those ``/oauth/token`` would give (``sub`` and ``client_id`` the
+client's id).
 """
 
 from __future__ import annotations
@@ -9,8 +13,9 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from pin_sessions.bootstrap import build_token_signer
-from pin_sessions.cli.common import EXIT_USAGE, run_one_shot
+from pin_sessions.bootstrap import build_key_set, build_oauth_server
+from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, run_one_shot
+from pin_sessions.identity.errors import IdentityError, InvalidScope
 from pin_sessions.settings import Environment
 
 if TYPE_CHECKING:
@@ -25,15 +30,18 @@ def add_parsers(commands: Commands) -> None:
     token = commands.add_parser("token", help="mint tokens (development only)").add_subparsers(
         dest="token_kind", required=True
     )
-    m2m = token.add_parser("m2m", help="an m2m token for the internal APIs; refused in prod")
-    m2m.add_argument("--client", required=True)
-    # Repeatable: `--scope a b` and `--scope a --scope b` both grant "a b".
-    m2m.add_argument("--scope", action="extend", nargs="+", required=True)
+    m2m = token.add_parser(
+        "m2m", help="a registered client's m2m token, as POST /oauth/token gives; refused in prod"
+    )
+    m2m.add_argument("--client", required=True, help="the client's id, or its name if unique")
+    # Repeatable: `--scope a b` and `--scope a --scope b` both ask for "a b". Unset: all of
+    # the client's scopes, as the token endpoint does.
+    m2m.add_argument("--scope", action="extend", nargs="+", default=None)
     m2m.set_defaults(run=run_m2m)
 
 
 def run_m2m(settings: Settings, args: argparse.Namespace) -> int:
-    """Print an m2m token signed with the Current key, as the token endpoint would."""
+    """Print an m2m token for a registered client and (a subset of) its scopes."""
     if settings.env is Environment.PROD:
         print(
             "pin-sessions: token m2m is refused when PIN_ENV=prod; "
@@ -41,15 +49,22 @@ def run_m2m(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    client: str = args.client
-    scopes: list[str] = args.scope
+    client_ref: str = args.client
+    scopes: list[str] | None = args.scope
 
     async def mint(runtime: Runtime) -> str:
-        async with runtime.database.connection() as conn:
-            signed = await build_token_signer(runtime).m2m_token(
-                conn, client, scopes, now=runtime.clock.now()
-            )
-        return signed.token
+        oauth = build_oauth_server(runtime, build_key_set(runtime))
+        client = await oauth.clients.find(client_ref)
+        requested = None if scopes is None else " ".join(sorted(set(scopes)))
+        grant = await oauth.client_credentials(client, requested, runtime.clock.now())
+        return grant.access_token
 
-    print(run_one_shot(settings, mint))
+    try:
+        print(run_one_shot(settings, mint))
+    except IdentityError as exc:
+        print(f"pin-sessions: {exc.detail}", file=sys.stderr)
+        return EXIT_FAILURE
+    except InvalidScope as exc:
+        print(f"pin-sessions: {exc.description}", file=sys.stderr)
+        return EXIT_FAILURE
     return 0

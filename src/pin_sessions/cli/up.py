@@ -1,13 +1,18 @@
 """``pin-sessions up [--host] [--port]``: everything on one machine.
 
 The database (embedded unless ``PIN_DATABASE_URL`` names one), its migrations, the API and
-every worker run as roles of this one process.
+every worker run as roles of this one process, sharing one metrics registry: on the API's
+``/metrics`` outside prod, and on ``--metrics-port`` / ``PIN_METRICS_PORT`` when given. The
+API's address is chosen as for ``serve`` (``--host``/``--port``, else
+``PIN_HTTP__HOST``/``__PORT``), once the data directory is ours.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -22,12 +27,13 @@ from pin_sessions.bootstrap import (
     open_database_endpoint,
     worker_database,
 )
-from pin_sessions.cli.common import print_banner
+from pin_sessions.cli.common import add_metrics_port, metrics_endpoint, print_banner
 from pin_sessions.cli.serve import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
+    add_address_arguments,
+    api_metrics_port,
     api_role,
     api_urls,
+    bind_api,
     stop_grace_seconds,
 )
 from pin_sessions.platform.embedded import DataDirLock, PostmasterWatch
@@ -52,15 +58,16 @@ UP_POOL_SHARE = 2
 
 def add_parsers(commands: Commands) -> None:
     up = commands.add_parser("up", help="everything on one machine: database, migrations, API")
-    up.add_argument("--host", default=DEFAULT_HOST)
-    up.add_argument("--port", type=int, default=DEFAULT_PORT)
+    add_address_arguments(up)
+    add_metrics_port(up)
     up.set_defaults(run=run)
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     settings.check_api_can_sign_in()
+    metrics_port = api_metrics_port(settings, args)
     with process_tracing("up", os.environ):
-        return _up(with_up_defaults(settings), args.host, args.port, banner=args.console)
+        return _up(with_up_defaults(settings), args, metrics_port, banner=args.console)
 
 
 def with_up_defaults(settings: Settings) -> Settings:
@@ -73,8 +80,15 @@ def with_up_defaults(settings: Settings) -> Settings:
     return settings.model_copy(update={"dev_codes": True})
 
 
-def _up(settings: Settings, host: str, port: int, *, banner: bool) -> int:
-    with DataDirLock(settings.data_dir), open_database_endpoint(settings) as endpoint:
+def _up(
+    settings: Settings, args: argparse.Namespace, metrics_port: int | None, *, banner: bool
+) -> int:
+    with contextlib.ExitStack() as owned:
+        # The data directory first: a second `up` on it is refused for that, whatever its port.
+        owned.enter_context(DataDirLock(settings.data_dir))
+        settings, sock = bind_api(settings, args)
+        owned.enter_context(contextlib.closing(sock))
+        endpoint = owned.enter_context(open_database_endpoint(settings))
         dsn = endpoint.dsn
         # The workers share one pool; the API gets its own, bounded one (SPEC §9), so a
         # job's long batch never waits behind requests, nor requests behind a batch.
@@ -89,7 +103,8 @@ def _up(settings: Settings, host: str, port: int, *, banner: bool) -> int:
         # `up` owns an embedded server: when it dies, the watch starts it again or, failing
         # that, raises DatabaseLost, which stops every role and exits 1.
         watch = [] if endpoint.embedded is None else [PostmasterWatch(endpoint.embedded)]
-        run_process(_run_up(runtime, api_runtime, host, port, watch, banner=banner))
+        with metrics_endpoint(metrics_port, runtime.registry):
+            run_process(_run_up(runtime, api_runtime, sock, watch, banner=banner))
     log.info("stopped")
     return 0
 
@@ -97,8 +112,7 @@ def _up(settings: Settings, host: str, port: int, *, banner: bool) -> int:
 async def _run_up(
     runtime: Runtime,
     api_runtime: Runtime,
-    host: str,
-    port: int,
+    sock: socket.socket,
     extra_roles: Sequence[Role],
     *,
     banner: bool,
@@ -114,10 +128,9 @@ async def _run_up(
         roles: list[Role] = [
             api_role(
                 api_runtime,
-                host,
-                port,
+                sock,
                 on_listening=(
-                    (lambda bound: print_banner("PIN Sessions is up", api_urls(host, bound)))
+                    (lambda _port: print_banner("PIN Sessions is up", api_urls(runtime.settings)))
                     if banner
                     else None
                 ),

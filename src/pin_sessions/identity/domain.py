@@ -203,6 +203,7 @@ class SessionState:
     expires_at: datetime
     rotated_at: datetime | None
     replaced_by: uuid.UUID | None
+    signed_in_at: datetime  # the sign-in that started the family
 
 
 class RefreshVerdict(StrEnum):

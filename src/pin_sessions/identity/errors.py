@@ -19,6 +19,7 @@ Hierarchy::
         ├── UnknownPhoneNumber           (CLI only: no user with that phone number)
         ├── UnknownClient                (CLI only: no service client with that id)
         ├── ClientNotActive              (CLI only: the client is disabled)
+        ├── AmbiguousClient              (CLI only: several clients have that name)
         ├── UserErased                   404 IDENTITY_USER_NOT_FOUND (an export after erasure)
         └── RecentSignInRequired         401 IDENTITY_RECENT_SIGN_IN_REQUIRED
 
@@ -29,7 +30,8 @@ The OAuth endpoints answer in RFC 6749 §5.2's format instead, which OAuth clien
     ├── InvalidRequest        400 invalid_request
     ├── InvalidClient         401 invalid_client (with WWW-Authenticate)
     ├── InvalidScope          400 invalid_scope
-    └── UnsupportedGrantType  400 unsupported_grant_type
+    ├── UnsupportedGrantType  400 unsupported_grant_type
+    └── TooManyClientFailures 429 temporarily_unavailable (with Retry-After)
 """
 
 from __future__ import annotations
@@ -137,6 +139,12 @@ class ClientNotActive(IdentityError):
     title = "The service client is disabled"
 
 
+class AmbiguousClient(IdentityError):
+    code = "IDENTITY_CLIENT_AMBIGUOUS"
+    status = 409
+    title = "Several service clients have this name"
+
+
 class OAuthError(Exception):
     """An RFC 6749 §5.2 error: its ``error`` code, status and a description for people."""
 
@@ -163,6 +171,22 @@ class InvalidScope(OAuthError):
 
 class UnsupportedGrantType(OAuthError):
     error = "unsupported_grant_type"
+
+
+class TooManyClientFailures(OAuthError):
+    """SPEC §11: too many failed client authentications for this client id or address.
+
+    RFC 6749 has no error for a rate limit; ``temporarily_unavailable`` (its §4.1.2.1) says
+    "ask again later", which is what ``Retry-After`` says too. ``invalid_client`` would be
+    false: the credentials were not judged, and a right secret is refused alike.
+    """
+
+    error = "temporarily_unavailable"
+    status = 429
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"too many failed client authentications; retry in {retry_after} s")
+        self.retry_after = retry_after
 
 
 class UserErased(IdentityError):

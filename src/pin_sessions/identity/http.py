@@ -121,7 +121,7 @@ async def refresh(
     return TokenPairOut.of(await identity.refresh(body.refresh_token, device.ip, now))
 
 
-@router.get("/sessions", responses=problems(401, 503))
+@router.get("/sessions", responses=problems(400, 401, 503))
 async def list_sessions(user: CurrentUser, identity: Identity, now: Now) -> SessionsOut:
     """The user's live sessions, one per signed-in device."""
     rows = await identity.devices(user, now)
@@ -192,7 +192,7 @@ async def revoke_other_sessions(
             "description": "Everything identity holds about the caller (SPEC §10), streamed",
             "content": {"application/json": {"schema": {"type": "object"}}},
         },
-        **problems(401, 404, 503),
+        **problems(400, 401, 404, 503),
     },
 )
 async def export_me(

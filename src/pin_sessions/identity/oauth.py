@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pin_sessions.identity.client_authentication import ClientAuthentication
 from pin_sessions.identity.clients import Client, ServiceClients, granted_scopes
 from pin_sessions.identity.liveness import RefreshSessionLiveness
 from pin_sessions.identity.signing import TokenSigner
@@ -52,12 +53,14 @@ class OAuthServer:
         self,
         database: Database,
         clients: ServiceClients,
+        authentication: ClientAuthentication,
         signer: TokenSigner,
         verifier: TokenVerifier,
         liveness: RefreshSessionLiveness,
     ) -> None:
         self._database = database
         self.clients = clients
+        self.authentication = authentication
         self._signer = signer
         self._verifier = verifier
         self._liveness = liveness
@@ -93,6 +96,8 @@ class OAuthServer:
             if not live:
                 return INACTIVE
             answer |= {"sub": str(principal.user_id), "sid": str(principal.session_id)}
+            if principal.auth_time is not None:
+                answer["auth_time"] = int(principal.auth_time.timestamp())
             if principal.permissions:
                 answer["permissions"] = sorted(principal.permissions)
             return answer

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, unquote_plus
 
@@ -24,10 +25,12 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
+from pin_sessions.identity.clients import Client
 from pin_sessions.identity.errors import (
     InvalidClient,
     InvalidRequest,
     OAuthError,
+    TooManyClientFailures,
     UnsupportedGrantType,
 )
 from pin_sessions.identity.oauth import (
@@ -37,7 +40,9 @@ from pin_sessions.identity.oauth import (
     TOKEN_PATH,
     OAuthServer,
 )
-from pin_sessions.platform.http.dependencies import Now, state
+from pin_sessions.platform.auth import AUTHORIZATION_HEADER
+from pin_sessions.platform.http.dependencies import ClientIp, Now, state
+from pin_sessions.platform.http.headers import DuplicateHeader, single_header
 from pin_sessions.platform.http.openapi import problems
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.settings import JWKS_MAX_AGE
@@ -99,6 +104,17 @@ _OAUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
             }
         },
     },
+    429: {
+        "model": OAuthErrorOut,
+        "description": "temporarily_unavailable: too many failed client authentications",
+        "headers": {
+            "Retry-After": {
+                "description": "Seconds to wait before asking again",
+                "required": True,
+                "schema": {"type": "integer", "minimum": 0},
+            }
+        },
+    },
     **problems(413, 503),
 }
 
@@ -122,7 +138,7 @@ OAuth = Annotated[OAuthServer, Depends(_oauth)]
         "grant_type", "scope", "client_id", "client_secret", required=("grant_type",)
     ),
 )
-async def token(request: Request, oauth: OAuth, now: Now) -> Response:
+async def token(request: Request, oauth: OAuth, now: Now, client_ip: ClientIp) -> Response:
     """The client-credentials grant (RFC 6749 §4.4): an m2m token for an authenticated client."""
     try:
         form = await _form(request)
@@ -131,7 +147,7 @@ async def token(request: Request, oauth: OAuth, now: Now) -> Response:
             raise InvalidRequest("grant_type is required")
         if grant_type != CLIENT_CREDENTIALS:
             raise UnsupportedGrantType("only client_credentials is supported")
-        client = await oauth.clients.authenticate(*_client_credentials(request, form))
+        client = await _authenticated(request, form, oauth, client_ip, now)
         grant = await oauth.client_credentials(client, form.get("scope"), now)
     except OAuthError as exc:
         return _error(exc)
@@ -146,11 +162,11 @@ async def token(request: Request, oauth: OAuth, now: Now) -> Response:
         "token", "token_type_hint", "client_id", "client_secret", required=("token",)
     ),
 )
-async def introspect(request: Request, oauth: OAuth, now: Now) -> Response:
+async def introspect(request: Request, oauth: OAuth, now: Now, client_ip: ClientIp) -> Response:
     """RFC 7662: whether a token is active now, and what it says when it is."""
     try:
         form = await _form(request)
-        await oauth.clients.authenticate(*_client_credentials(request, form))
+        await _authenticated(request, form, oauth, client_ip, now)
         token_value = form.get("token")
         if token_value is None:
             raise InvalidRequest("token is required")
@@ -160,9 +176,9 @@ async def introspect(request: Request, oauth: OAuth, now: Now) -> Response:
 
 
 @router.get(JWKS_PATH, response_model=JwksOut, responses=problems(503))
-async def jwks(key_set: Annotated[KeySet, Depends(_key_set)], now: Now) -> Response:
+async def jwks(key_set: Annotated[KeySet, Depends(_key_set)]) -> Response:
     """Every published public key (Next, Current, Retired) as a JWK Set (RFC 7517)."""
-    document = await key_set.document(now)
+    document = await key_set.document()
     return Response(document, media_type="application/json", headers=PUBLIC_CACHE)
 
 
@@ -192,9 +208,24 @@ async def _form(request: Request) -> dict[str, str]:
     return form
 
 
+async def _authenticated(
+    request: Request, form: dict[str, str], oauth: OAuthServer, client_ip: str | None, now: datetime
+) -> Client:
+    """The client the request authenticates as, within the failure limit (SPEC §11)."""
+    try:
+        client_id, secret = _client_credentials(request, form)
+    except InvalidClient:
+        # Missing or unreadable credentials fail like a wrong secret, and count alike.
+        await oauth.authentication.refuse_malformed(form.get("client_id"), client_ip, now)
+    return await oauth.authentication.authenticate(client_id, secret, client_ip, now)
+
+
 def _client_credentials(request: Request, form: dict[str, str]) -> tuple[str, str]:
     """(client id, secret) from HTTP Basic or from the form; one method, never both."""
-    header = request.headers.get("authorization")
+    try:
+        header = single_header(request, AUTHORIZATION_HEADER)
+    except DuplicateHeader:
+        raise InvalidRequest("the Authorization header is given more than once") from None
     if header is None:
         client_id, secret = form.get("client_id"), form.get("client_secret")
         if client_id is None or secret is None:
@@ -222,5 +253,7 @@ def _error(exc: OAuthError) -> JSONResponse:
     headers = dict(NO_STORE)
     if exc.status == 401:
         headers["WWW-Authenticate"] = BASIC_CHALLENGE
+    if isinstance(exc, TooManyClientFailures):
+        headers["Retry-After"] = str(exc.retry_after)
     body = {"error": exc.error, "error_description": exc.description}
     return JSONResponse(body, status_code=exc.status, headers=headers)

@@ -58,6 +58,16 @@ class Device:
 
 
 @dataclass(frozen=True)
+class Family:
+    """A rotation chain: one sign-in of one user on one device, and every refresh since."""
+
+    user_id: uuid.UUID
+    id: uuid.UUID  # the id of its first session
+    # The sign-in's instant: the auth_time of every access token of the family (SPEC §11).
+    signed_in_at: datetime
+
+
+@dataclass(frozen=True)
 class TokenPair:
     user_id: uuid.UUID
     session_id: uuid.UUID
@@ -143,8 +153,9 @@ class IdentityOperations:
             if phone is not None:
                 user_id = await repository.user_for_phone(conn, phone, new_id(), now)
                 session_id = new_id()
+                family = Family(user_id, session_id, signed_in_at=now)
                 pair = await self._open_session(
-                    conn, user_id, session_id, session_id, domain.new_refresh_token(), device, now
+                    conn, family, session_id, domain.new_refresh_token(), device, now
                 )
                 event = events.user_signed_in(user_id, session_id, anonymous_id, now)
                 await outbox.append(conn, event, now=now)
@@ -170,10 +181,10 @@ class IdentityOperations:
         async with self._database.transaction() as conn:
             parent = await repository.rotate_session(conn, parent_hash, successor_id, now)
             if parent is not None:
-                user_id, family_id = parent.user_id, parent.family_id
+                family = Family(parent.user_id, parent.family_id, parent.signed_in_at)
                 device = Device(parent.device_user_agent, ip)
                 return await self._open_session(
-                    conn, user_id, successor_id, family_id, successor_token, device, now
+                    conn, family, successor_id, successor_token, device, now
                 )
             state = await repository.session_by_token_hash(conn, parent_hash)
             if state is None:
@@ -195,8 +206,9 @@ class IdentityOperations:
             raise SessionNotFound()
         if successor.status is not SessionStatus.ACTIVE or successor.expires_at <= now:
             raise domain.session_refusal(successor, now)
+        family = Family(successor.user_id, successor.family_id, successor.signed_in_at)
         return await self._pair(
-            conn, successor.user_id, successor.id, successor_token, successor.expires_at, now
+            conn, family, successor.id, successor_token, successor.expires_at, now
         )
 
     async def logout(self, principal: UserPrincipal, now: datetime) -> None:
@@ -262,9 +274,8 @@ class IdentityOperations:
     async def _open_session(
         self,
         conn: Connection,
-        user_id: uuid.UUID,
+        family: Family,
         session_id: uuid.UUID,
-        family_id: uuid.UUID,
         refresh_token: str,
         device: Device,
         now: datetime,
@@ -274,29 +285,36 @@ class IdentityOperations:
             conn,
             repository.NewSession(
                 id=session_id,
-                user_id=user_id,
-                family_id=family_id,
+                user_id=family.user_id,
+                family_id=family.id,
                 token_hash=domain.token_hash(refresh_token),
                 created_at=now,
                 expires_at=expires_at,
                 device_user_agent=truncate_user_agent(device.user_agent),
                 device_ip=device.ip,
+                signed_in_at=family.signed_in_at,
             ),
         )
-        return await self._pair(conn, user_id, session_id, refresh_token, expires_at, now)
+        return await self._pair(conn, family, session_id, refresh_token, expires_at, now)
 
     async def _pair(
         self,
         conn: Connection,
-        user_id: uuid.UUID,
+        family: Family,
         session_id: uuid.UUID,
         refresh_token: str,
         refresh_expires_at: datetime,
         now: datetime,
     ) -> TokenPair:
+        user_id = family.user_id
         granted = await repository.permissions(conn, user_id)
         access = await self._signer.access_token(
-            conn, user_id, session_id, now=now, permissions=granted
+            conn,
+            user_id,
+            session_id,
+            now=now,
+            auth_time=family.signed_in_at,
+            permissions=granted,
         )
         return TokenPair(
             user_id=user_id,

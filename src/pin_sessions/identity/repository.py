@@ -30,6 +30,8 @@ class NewSession:
     expires_at: datetime
     device_user_agent: str
     device_ip: str | None
+    # When the sign-in that started the family happened: the access tokens' auth_time.
+    signed_in_at: datetime
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class RotatedParent:
     user_id: uuid.UUID
     family_id: uuid.UUID
     device_user_agent: str
+    signed_in_at: datetime
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ async def insert_session(conn: Connection, session: NewSession) -> None:
         session.expires_at,
         session.device_user_agent,
         session.device_ip,
+        session.signed_in_at,
     )
 
 
@@ -197,7 +201,9 @@ async def rotate_session(
     row = await conn.fetchrow(sql.ROTATE_REFRESH_SESSION, token_hash, now, successor_id)
     if row is None:
         return None
-    return RotatedParent(row["user_id"], row["family_id"], row["device_user_agent"])
+    return RotatedParent(
+        row["user_id"], row["family_id"], row["device_user_agent"], row["signed_in_at"]
+    )
 
 
 async def session_by_token_hash(conn: Connection, token_hash: bytes) -> SessionState | None:
@@ -219,6 +225,7 @@ def _session_state(row: asyncpg.Record | None) -> SessionState | None:
         expires_at=row["expires_at"],
         rotated_at=row["rotated_at"],
         replaced_by=row["replaced_by"],
+        signed_in_at=row["signed_in_at"],
     )
 
 

@@ -53,9 +53,17 @@ class TokenSigner:
         session_id: uuid.UUID,
         *,
         now: datetime,
+        auth_time: datetime,
         permissions: Iterable[str] = (),
     ) -> SignedToken:
-        claims: dict[str, Any] = {"aud": USER_AUDIENCE, "sub": str(user_id), "sid": str(session_id)}
+        """A user's access token; ``auth_time`` is when the sign-in that started the
+        token's refresh family happened (RFC 9068 §2.2.1, SPEC §11), to the second."""
+        claims: dict[str, Any] = {
+            "aud": USER_AUDIENCE,
+            "sub": str(user_id),
+            "sid": str(session_id),
+            "auth_time": int(auth_time.timestamp()),
+        }
         granted = sorted(set(permissions))
         if granted:
             claims["permissions"] = granted

@@ -102,33 +102,53 @@ DELETE_USER_PERMISSION = """
 delete from identity.user_permissions where user_id = $1 and permission = $2
 """
 
+# $9: the instant of the sign-in that started the family (the access tokens' auth_time).
 INSERT_REFRESH_SESSION = """
 insert into identity.refresh_sessions
     (id, user_id, family_id, token_hash, status, created_at, expires_at, last_used_at,
-     device_user_agent, device_ip)
-values ($1, $2, $3, $4, 'Active', $5, $6, $5, $7, $8)
+     device_user_agent, device_ip, signed_in_at)
+values ($1, $2, $3, $4, 'Active', $5, $6, $5, $7, $8, $9)
 """
 
 # Active → Rotated; the successor row, on the same device, is inserted in the same
-# transaction.
+# transaction and keeps the family's sign-in instant. A session of a family begun before
+# migration 0016 has none stored: its family's first session was created by that sign-in,
+# and while retention has not removed it its created_at is the instant; after that, the
+# session's own created_at is the latest the sign-in can have been.
 ROTATE_REFRESH_SESSION = """
-update identity.refresh_sessions
+update identity.refresh_sessions as s
 set status = 'Rotated', rotated_at = $2, replaced_by = $3, last_used_at = $2,
-    version = version + 1
-where token_hash = $1 and status = 'Active' and expires_at > $2
-returning user_id, family_id, device_user_agent
+    version = s.version + 1
+where s.token_hash = $1 and s.status = 'Active' and s.expires_at > $2
+returning s.user_id, s.family_id, s.device_user_agent,
+    coalesce(
+        s.signed_in_at,
+        (select f.created_at from identity.refresh_sessions as f where f.id = s.family_id),
+        s.created_at
+    ) as signed_in_at
 """
 
+# The sign-in instant as ROTATE_REFRESH_SESSION reads it.
 SELECT_REFRESH_SESSION_BY_HASH = """
-select id, user_id, family_id, status, expires_at, rotated_at, replaced_by
-from identity.refresh_sessions
-where token_hash = $1
+select s.id, s.user_id, s.family_id, s.status, s.expires_at, s.rotated_at, s.replaced_by,
+    coalesce(
+        s.signed_in_at,
+        (select f.created_at from identity.refresh_sessions as f where f.id = s.family_id),
+        s.created_at
+    ) as signed_in_at
+from identity.refresh_sessions as s
+where s.token_hash = $1
 """
 
 SELECT_REFRESH_SESSION_BY_ID = """
-select id, user_id, family_id, status, expires_at, rotated_at, replaced_by
-from identity.refresh_sessions
-where id = $1
+select s.id, s.user_id, s.family_id, s.status, s.expires_at, s.rotated_at, s.replaced_by,
+    coalesce(
+        s.signed_in_at,
+        (select f.created_at from identity.refresh_sessions as f where f.id = s.family_id),
+        s.created_at
+    ) as signed_in_at
+from identity.refresh_sessions as s
+where s.id = $1
 """
 
 # Reuse detected: every Active session of the family → Revoked(TokenReuse).
@@ -167,14 +187,28 @@ order by last_used_at desc, id desc
 
 # --- ExpireSessionsJob (seed 000) ----------------------------------------------------------
 
+# Every flip returns the expires_at of the rows it flipped (``expired``): the job measures
+# their lag, seed 000's materialisation SLO.
+
 COUNT_EXPIRED_REFRESH_SESSIONS = """
 select count(*) from identity.refresh_sessions
 where status = 'Active' and expires_at <= $1
 """
 
-EXPIRE_REFRESH_SESSIONS = """
-update identity.refresh_sessions set status = 'Expired'
+# The first entry of ix_refresh_sessions_expires_at (min over the partial index's key is
+# one read at its start), or null when no row under the guard is past $1.
+OLDEST_EXPIRED_REFRESH_SESSION = """
+select min(expires_at) from identity.refresh_sessions
 where status = 'Active' and expires_at <= $1
+"""
+
+EXPIRE_REFRESH_SESSIONS = """
+with flipped as (
+    update identity.refresh_sessions set status = 'Expired'
+    where status = 'Active' and expires_at <= $1
+    returning expires_at
+)
+select array_agg(expires_at) as expired from flipped
 """
 
 # One chunk: claim a portion through ix_refresh_sessions_expires_at, starting at the
@@ -199,7 +233,8 @@ flipped as (
       and status = 'Active' and expires_at <= $1
     returning expires_at
 )
-select count(*) as flipped, max(expires_at) as reached from flipped
+select count(*) as flipped, max(expires_at) as reached, array_agg(expires_at) as expired
+from flipped
 """
 
 COUNT_EXPIRED_SICR = """
@@ -207,9 +242,19 @@ select count(*) from identity.sign_in_confirmation_requests
 where status = 'Pending' and expires_at <= $1
 """
 
-EXPIRE_SICR = """
-update identity.sign_in_confirmation_requests set status = 'Expired'
+# The first entry of ix_sicr_expires_at, like the refresh sessions' above.
+OLDEST_EXPIRED_SICR = """
+select min(expires_at) from identity.sign_in_confirmation_requests
 where status = 'Pending' and expires_at <= $1
+"""
+
+EXPIRE_SICR = """
+with flipped as (
+    update identity.sign_in_confirmation_requests set status = 'Expired'
+    where status = 'Pending' and expires_at <= $1
+    returning expires_at
+)
+select array_agg(expires_at) as expired from flipped
 """
 
 # Claimed through ix_sicr_expires_at, like the refresh chunk above.
@@ -227,7 +272,8 @@ flipped as (
       and status = 'Pending' and expires_at <= $1
     returning expires_at
 )
-select count(*) as flipped, max(expires_at) as reached from flipped
+select count(*) as flipped, max(expires_at) as reached, array_agg(expires_at) as expired
+from flipped
 """
 
 
@@ -334,7 +380,7 @@ limit $4
 
 EXPORT_REFRESH_SESSIONS_PAGE = """
 select id, family_id, status, created_at, last_used_at, expires_at, rotated_at, revoked_at,
-       revoked_reason, device_user_agent, device_ip
+       revoked_reason, signed_in_at, device_user_agent, device_ip
 from identity.refresh_sessions
 where user_id = $1 and created_at >= $2 and (created_at, id) > ($2, $3)
 order by created_at, id
@@ -436,10 +482,31 @@ from identity.clients
 order by created_at, client_id
 """
 
+# The client ($1; null or unknown: no client columns) and the recent failures of its id ($2)
+# and of the caller's address ($3). One statement, so a successful authentication costs no
+# round trip more than reading the client did.
 SELECT_CLIENT_CREDENTIALS = """
-select client_id, name, scopes, status, created_at, updated_at, secret_hash
+select c.client_id, c.name, c.scopes, c.status, c.created_at, c.updated_at, c.secret_hash,
+    (select f.failed_at from identity.client_authentication_failures as f
+     where f.key = $2) as client_failures,
+    (select f.failed_at from identity.client_authentication_failures as f
+     where f.key = $3) as address_failures
+from (select) as one
+left join identity.clients as c on c.client_id = $1
+"""
+
+# An operator's lookup by id (``token m2m``): no credentials are judged, so no failure counts.
+SELECT_CLIENT = """
+select client_id, name, scopes, status, created_at, updated_at
 from identity.clients
 where client_id = $1
+"""
+
+SELECT_CLIENTS_NAMED = """
+select client_id, name, scopes, status, created_at, updated_at
+from identity.clients
+where name = $1
+order by created_at, client_id
 """
 
 ROTATE_CLIENT_CREDENTIALS = """
@@ -462,4 +529,46 @@ select status from identity.clients where client_id = $1
 
 SELECT_DISABLED_CLIENT_IDS = """
 select client_id from identity.clients where status = 'Disabled'
+"""
+
+
+# --- Client authentication failures (SPEC §11) -----------------------------------------------
+
+# One failure, for each of its keys ($1: the client id's, then the address's — always in that
+# order, so two failures never wait on each other in a cycle), at $2. On the locked row it
+# judges whether the limit ($4 failures after $3) was already reached, keeps the newest $4
+# failures of the minute, and returns the verdict with them.
+RECORD_CLIENT_AUTHENTICATION_FAILURE = """
+insert into identity.client_authentication_failures as f
+    (key, failed_at, last_failed_at, last_refused)
+select key, array[$2::timestamptz], $2, false
+from unnest($1::text[]) with ordinality as keys (key, position)
+order by position
+on conflict (key) do update set
+    last_refused = (select count(*) >= $4 from unnest(f.failed_at) as t where t > $3),
+    failed_at = array(
+        select t from (
+            select t from unnest(f.failed_at || $2::timestamptz) as t
+            where t > $3
+            order by t desc
+            limit $4
+        ) as newest
+        order by t
+    ),
+    last_failed_at = $2
+returning key, failed_at, last_refused
+"""
+
+# Rows whose last failure left the window ($1), oldest first; rows a failure holds are
+# skipped, never waited for. Its own statement: held beside an upsert, these row locks could
+# close a cycle with another failure's.
+DELETE_EXPIRED_CLIENT_AUTHENTICATION_FAILURES = """
+delete from identity.client_authentication_failures
+where key in (
+    select key from identity.client_authentication_failures
+    where last_failed_at <= $1
+    order by last_failed_at
+    limit $2
+    for update skip locked
+)
 """

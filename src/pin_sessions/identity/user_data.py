@@ -218,6 +218,9 @@ class UserData:
                 "rotatedAt": row["rotated_at"],
                 "revokedAt": row["revoked_at"],
                 "revokedReason": row["revoked_reason"],
+                # The sign-in its family began with (the tokens' auth_time); null on rows
+                # written before it was stored.
+                "signedInAt": row["signed_in_at"],
                 "device": vars(devices.describe(row["device_user_agent"])),
                 "userAgent": row["device_user_agent"],
                 "ipAddress": masked(row["device_ip"]),

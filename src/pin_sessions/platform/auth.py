@@ -7,7 +7,8 @@ route needs:
 * a user's access token is accepted only while its ``sid`` session is still Active and
   unexpired — asked through the :class:`SessionLiveness` port, which identity implements;
 * a service's m2m token only while its client is not disabled — asked through the
-  :class:`ClientStatus` port, which identity implements with a cache of at most 30 s.
+  :class:`ClientStatus` port, which identity implements with a copy at most 30 s old
+  while the database answers, refreshed in the background (SPEC §11).
 
 A user token is never accepted where an m2m scope is required, nor the reverse. The
 ports and the key source are wired by the composition root: platform imports no context.
@@ -20,10 +21,10 @@ from datetime import datetime
 from typing import Protocol
 
 from fastapi import Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.errors import Forbidden, Unauthorized
+from pin_sessions.platform.http.headers import OWS, single_header
 from pin_sessions.platform.tokens import (
     InvalidToken,
     MachinePrincipal,
@@ -97,7 +98,7 @@ class SessionLiveness(Protocol):
 
 
 class ClientStatus(Protocol):
-    async def is_disabled(self, client_id: str, now: datetime) -> bool:
+    async def is_disabled(self, client_id: str) -> bool:
         """True when ``client_id`` names a registered client an operator disabled."""
         ...
 
@@ -108,7 +109,24 @@ def _as_user(principal: Principal | None) -> UserPrincipal | None:
     raise UserTokenRequired("an m2m token cannot act as a user")
 
 
-_bearer = HTTPBearer(auto_error=False, description="Access token (users) or m2m token (services)")
+AUTHORIZATION_HEADER = "Authorization"
+
+
+def bearer_token(request: Request) -> str | None:
+    """The token of ``Authorization: Bearer <token>``; None when no credentials are given.
+
+    The header is read once (a second one is a 400 ``DUPLICATE_HEADER``); an empty one is
+    no credentials at all. The scheme is case-insensitive (RFC 9110 §11.1); anything but a
+    Bearer token is an invalid token.
+    """
+    header = single_header(request, AUTHORIZATION_HEADER)
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    token = token.strip(OWS)
+    if scheme.lower() != "bearer" or not token:
+        raise InvalidToken("the Authorization header must be 'Bearer <token>'")
+    return token
 
 
 class Authenticator:
@@ -132,12 +150,10 @@ class Authenticator:
 
     async def _claimed(self, request: Request, now: datetime) -> Principal | None:
         """Whom the token names, judged by the token alone (format, signature, expiry)."""
-        if not request.headers.get("authorization"):
+        token = bearer_token(request)
+        if token is None:
             return None  # a guest: most requests, the heartbeat's above all
-        credentials: HTTPAuthorizationCredentials | None = await _bearer(request)
-        if credentials is None:
-            raise InvalidToken("the Authorization header must be 'Bearer <token>'")
-        return (await self._verifier.verify(credentials.credentials, now=now)).principal
+        return (await self._verifier.verify(token, now=now)).principal
 
     async def _principal(self, request: Request) -> Principal | None:
         now = self._clock.now()
@@ -177,7 +193,7 @@ class Authenticator:
             raise AuthenticationRequired()
         if not isinstance(principal, MachinePrincipal):
             raise WrongTokenKind("a user token cannot call an internal API")
-        if await self._clients.is_disabled(principal.client, self._clock.now()):
+        if await self._clients.is_disabled(principal.client):
             raise ClientDisabled()
         if not principal.scopes.intersection(any_of_scopes):
             raise MissingScope(f"one of the scopes {sorted(any_of_scopes)} is required")

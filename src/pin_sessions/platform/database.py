@@ -11,10 +11,15 @@ client-side timeout a little longer. Past either bound the caller gets
 :class:`~pin_sessions.platform.errors.ServiceUnavailable` at once, and a connection whose
 statement the client gave up on is closed rather than returned to the pool, since its
 state is unknown and waiting for its cancellation could take as long as the stall.
+
+So one call of the API answers within the statement timeout + :data:`CLIENT_TIMEOUT_GRACE`
+(SPEC §11); a request waiting on work done for many (a group commit) waits no longer
+than that either (:meth:`Database.call_bound`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -52,6 +57,11 @@ class Bounds:
 
     statement_timeout: timedelta
     acquire_timeout: timedelta
+
+    @property
+    def call(self) -> timedelta:
+        """The longest one call waits for a server that answers nothing (SPEC §11)."""
+        return self.statement_timeout + CLIENT_TIMEOUT_GRACE
 
 
 async def _init_connection(conn: Connection) -> None:
@@ -149,6 +159,23 @@ class Database:
         if self._pool is None:
             raise RuntimeError("Database.open() has not been awaited")
         return self._pool
+
+    @asynccontextmanager
+    async def call_bound(self) -> AsyncIterator[None]:
+        """Wait in the block no longer than one call of this pool may take.
+
+        For a request whose statement is shared with others (a group commit): a batch
+        already stuck in a stall must not make it wait for that batch and then its own.
+        Past the bound: :class:`ServiceUnavailable`, as for a call of its own.
+        """
+        if self._bounds is None:
+            yield
+            return
+        try:
+            async with asyncio.timeout(self._bounds.call.total_seconds()):
+                yield
+        except TimeoutError as exc:
+            raise ServiceUnavailable("the database did not answer in time") from exc
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:

@@ -196,13 +196,21 @@ class EmbeddedPostgres:
         return self.dsn
 
     def stop(self) -> None:
+        """Leave the server; it stops only when no other process is attached (a command
+        run next to ``up`` leaves it running for ``up``), and the log says which it was."""
         if self._server is not None:
             # A handle that died since start() must not keep the server running.
             drop_stale_handles(self.pgdata)
             forget_handle_start(self.pgdata, os.getpid())
             self._server.cleanup()
+            still_running = self.is_running()
             self._server = None
-            log.info("embedded postgres stopped", dataDir=str(self.pgdata))
+            if still_running:
+                log.debug(
+                    "embedded postgres left running for other processes", dataDir=str(self.pgdata)
+                )
+            else:
+                log.info("embedded postgres stopped", dataDir=str(self.pgdata))
 
 
 class PostmasterWatch:

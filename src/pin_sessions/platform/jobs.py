@@ -8,6 +8,10 @@ result object. :class:`PollingWorker` turns it into a long-lived role:
   batches did (the closer's ``EndedAt``) reads ``run.now()`` at that batch's edge;
 * opens one OpenTelemetry span per run carrying ``jobRunId``, binds ``jobRunId`` to
   every log line of the run, and logs ``job started`` / ``job completed``;
+* keeps an idle worker quiet: a run's lines are held back (:class:`RunLog`) until it
+  changes a row, fails or is cut short by a stop; a run that did none of these logs them
+  at debug when it ends (its metrics count it all the same), so ``up`` on a quiet machine
+  prints nothing each tick;
 * survives a failed run: the exception is logged (``job failed``) and counted, and the
   loop waits for the next tick;
 * waits between runs on ``stop`` or the polling interval, whichever comes first;
@@ -97,6 +101,45 @@ class PhaseOutcome(ABC):
 OutcomeT = TypeVar("OutcomeT", bound=PhaseOutcome)
 
 
+class RunLog:
+    """A run's log lines, held back while the run has changed nothing.
+
+    The first line that reports a change or a failure releases the held ones at info, in
+    order, before itself; a run that ends without either logs them at debug. A busy run
+    thus reads as it always did, and an idle one is silent at the default level.
+    """
+
+    def __init__(self) -> None:
+        self._held: list[tuple[str, dict[str, Any]]] = []
+        self.released = False
+
+    def hold(self, event: str, **fields: Any) -> None:
+        """A line that says nothing changed (yet): at info once the run shows it mattered."""
+        if self.released:
+            log.info(event, **fields)
+        else:
+            self._held.append((event, fields))
+
+    def release(self) -> None:
+        """The run changed something or failed: its held lines at info, from now on all."""
+        if not self.released:
+            self.released = True
+            for event, fields in self._held:
+                log.info(event, **fields)
+            self._held.clear()
+
+    def end(self, event: str, *, quiet: bool, **fields: Any) -> None:
+        """The run's last line; ``quiet`` (nothing changed, nothing failed) puts it all at debug."""
+        if quiet and not self.released:
+            for held_event, held_fields in self._held:
+                log.debug(held_event, **held_fields)
+            self._held.clear()
+            log.debug(event, **fields)
+            return
+        self.release()
+        log.info(event, **fields)
+
+
 @dataclass(frozen=True)
 class JobRun:
     """One run as the job sees it: its id, the stop signal, a tracer, the clock, a stopwatch."""
@@ -109,6 +152,7 @@ class JobRun:
     # Durations come from the monotonic clock: they measure, they decide nothing about
     # domain time, and the wall clock may jump.
     started: float = field(default_factory=time.monotonic)
+    log: RunLog = field(default_factory=RunLog)
 
     @property
     def stopping(self) -> bool:
@@ -135,6 +179,7 @@ class JobRun:
         """
         if self.stopping:
             outcome.skipped = True
+            self.log.release()  # a run cut short by a stop is worth its lines
             return outcome
         with self.tracer.start_as_current_span(
             f"{self.job} {outcome.phase}",
@@ -147,11 +192,14 @@ class JobRun:
                 errors.inc()
                 span.record_exception(exc)
                 span.set_status(trace.StatusCode.ERROR)
+                self.log.release()
                 log.warning(
                     "phase failed", phase=outcome.phase, exception=f"{type(exc).__name__}: {exc}"
                 )
             else:
-                log.info("phase done", phase=outcome.phase, **outcome.counts())
+                if any(outcome.counts().values()):
+                    self.log.release()
+                self.log.hold("phase done", phase=outcome.phase, **outcome.counts())
             span.set_attributes(outcome.counts())
         return outcome
 
@@ -181,11 +229,14 @@ class KeysetCursor:
     statement: str
     bound: datetime
     reached: datetime = EARLIEST
+    # The last batch's whole row, for a statement that returns more than these two.
+    row: Any = None
 
     async def next(self, conn: Connection, batch_size: int) -> int:
         """One batch (its own transaction); how many rows it changed."""
         row = await conn.fetchrow(self.statement, self.bound, batch_size, self.reached)
         assert row is not None  # an aggregate always returns its row
+        self.row = row
         self.reached = row[1] or self.reached
         changed: int = row[0]
         return changed
@@ -275,17 +326,20 @@ class PollingWorker(Generic[ResultV]):
                 f"job {self.job.name}", attributes={"jobRunId": str(run.id)}
             ) as span,
         ):
-            log.info("job started", job=self.job.name)
+            run.log.hold("job started", job=self.job.name)
             try:
                 result = await self.job.run_once(now, run)
             except Exception as exc:
                 # A bug or an outage the job could not absorb: the next tick tries again.
+                run.log.release()
                 log.exception("job failed", job=self.job.name, exception=repr(exc))
                 span.record_exception(exc)
                 span.set_status(trace.StatusCode.ERROR)
                 self._metrics.failed_runs.inc()
                 return None
-            log.info("job completed", job=self.job.name, **result.to_json())
+            run.log.end(
+                "job completed", quiet=result.succeeded, job=self.job.name, **result.to_json()
+            )
             if result.succeeded:
                 self._metrics.last_success.set(self._clock.now().timestamp())
             else:

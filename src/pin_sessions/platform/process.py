@@ -30,6 +30,13 @@ def run_process(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
+class RoleCannotRun(Exception):
+    """What no retry mends (a refused password, a topic the role may not create): the role
+    stops, and its process with it, ``str()`` being the one line that says why."""
+
+    exit_status = 1
+
+
 class Role(Protocol):
     name: str
 

@@ -5,6 +5,16 @@ the workers and the embedded database stop together and in order. A stop goes in
 steps (SPEC §9): ``/readyz`` answers 503 at once; the API keeps serving for the shutdown
 delay, so a load balancer that polls it stops sending; then the listener closes and the
 requests in flight get the shutdown timeout to finish.
+
+Slow clients (SPEC §11). uvicorn closes a keep-alive connection idle after a response, but
+waits for ever on a connection that never sends its request, or sends it a byte at a time:
+each holds a file descriptor, and a few thousand hold them all. A request must arrive whole
+— headers and body — within ``PIN_HTTP__READ_TIMEOUT`` of the moment the server began to
+wait for it (the connection opened, or the previous response ended), or the connection is
+closed. The deadline counts the client's time only: none runs while the app works on a
+request it has read, nor while the server itself has paused reading (flow control). It
+covers every route alike, the heartbeat's fast path included, since it watches the bytes
+arrive rather than the app read them.
 """
 
 from __future__ import annotations
@@ -18,10 +28,109 @@ from datetime import timedelta
 import structlog
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from pin_sessions.platform.http.health import Readiness
 
 log = structlog.get_logger(__name__)
+
+
+# As uvicorn's own listener, and as `serve --workers` has always bound its socket.
+LISTEN_BACKLOG = 2048
+
+
+class CannotListen(RuntimeError):
+    """The API's address cannot be bound (taken, not this machine's, not permitted)."""
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: any free port), bound before the app
+    is built, so the app knows the address it is reached at (SPEC §11: an unset
+    ``PIN_PUBLIC_URL`` follows it). The address family follows the host (IPv4 or IPv6)."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise CannotListen(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
+            "choose another with --port or PIN_HTTP__PORT"
+        ) from exc
+    return sock
+
+
+def bound_port(sock: socket.socket) -> int:
+    port: int = sock.getsockname()[1]
+    return port
+
+
+class _ReadDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol, closing a connection whose request is late (see above)."""
+
+    read_timeout: float = 30.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._deadline: asyncio.TimerHandle | None = None
+        self._receiving = False
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        self._receiving = True
+        super().on_message_begin()
+
+    def on_message_complete(self) -> None:
+        self._receiving = False
+        # No cycle before a first request's headers were taken as an upgrade (WebSocket).
+        if self.cycle is not None and self.cycle.response_complete:
+            self._arm()  # answered before it was all in: the next request is awaited now
+        else:
+            self._disarm()  # the request is in: the app's time is not the client's
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # Waiting again: for a next request, or the rest of one already begun — unless a
+        # request read whole meanwhile (pipelined) is what runs now.
+        if not self.transport.is_closing() and (self._receiving or self.cycle.response_complete):
+            self._arm()
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.read_timeout, self._late)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _late(self) -> None:
+        self._deadline = None
+        if self.flow.read_paused:
+            self._arm()  # the server stopped reading (a body the app has not taken yet)
+        elif not self.transport.is_closing():
+            self.transport.close()
+
+
+def read_deadline_protocol(read_timeout: timedelta) -> type[asyncio.Protocol]:
+    """The HTTP protocol class for uvicorn, with ``read_timeout`` (``PIN_HTTP__READ_TIMEOUT``)."""
+    return type(
+        "ReadDeadlineProtocol",
+        (_ReadDeadlineProtocol,),
+        {"read_timeout": read_timeout.total_seconds()},
+    )
 
 
 class _QuietSignalsServer(uvicorn.Server):
@@ -41,12 +150,14 @@ class ApiServer:
         port: int,
         sock: socket.socket | None = None,
         shutdown_timeout: timedelta = timedelta(seconds=3),
+        read_timeout: timedelta = timedelta(seconds=30),
     ) -> None:
         self.readiness: Readiness = app.state.readiness
         config = uvicorn.Config(
             app,
             host=host,
             port=port,
+            http=read_deadline_protocol(read_timeout),
             log_config=None,
             access_log=False,
             # The client address is decided by PIN_TRUSTED_PROXIES, not by uvicorn.

@@ -4,7 +4,8 @@ A token is a JWT signed ES256 by one of identity's signing keys, its header nami
 key (``kid``) and the type ``at+jwt`` (RFC 9068). Two audiences, two kinds:
 
 * ``aud: pin-api`` — a user's access token: ``sub`` (user id), ``sid`` (refresh
-  session id), optional ``permissions``;
+  session id), ``auth_time`` (when the sign-in that started the refresh family happened,
+  SPEC §11), optional ``permissions``;
 * ``aud: pin-internal`` — a service's m2m token: ``sub`` and ``client_id`` (the
   client's id), ``scope`` (space separated), no ``sid``.
 
@@ -53,6 +54,18 @@ class UserPrincipal:
     permissions: frozenset[str]
     # When the access token was issued: a recent sign-in can be asked for by this.
     issued_at: datetime
+    # The token's auth_time: when the sign-in that started its refresh family happened.
+    # None in a token issued before the claim existed (they expire within 15 minutes).
+    auth_time: datetime | None = None
+
+    @property
+    def signed_in_at(self) -> datetime:
+        """The latest the token's sign-in can have happened: ``auth_time``, or else ``iat``.
+
+        A token without auth_time was issued at or after its sign-in, so judging it by its
+        issue never calls it stale wrongly; it may only pass for fresher than it is.
+        """
+        return self.issued_at if self.auth_time is None else self.auth_time
 
 
 @dataclass(frozen=True)
@@ -129,11 +142,15 @@ def _content(claims: dict[str, Any], now: datetime) -> VerifiedToken:
     audience = claims["aud"]
     principal: Principal
     if audience == USER_AUDIENCE and "sid" in claims:
+        auth_time = _instant(claims["auth_time"]) if "auth_time" in claims else None
+        if auth_time is not None and auth_time > issued_at:
+            raise ValueError("a token cannot be issued before its sign-in")
         principal = UserPrincipal(
             user_id=uuid.UUID(_text(claims["sub"])),
             session_id=uuid.UUID(_text(claims["sid"])),
             permissions=frozenset(_strings(claims.get("permissions", []))),
             issued_at=issued_at,
+            auth_time=auth_time,
         )
     elif audience == SERVICE_AUDIENCE and "sid" not in claims:
         client = _text(claims.get("client_id"))

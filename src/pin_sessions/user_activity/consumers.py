@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.erasure import DELETE_DEAD_LETTERS_OF_USER, USER_ERASED_TOPIC
 from pin_sessions.platform.messaging.envelope import Message
-from pin_sessions.user_activity.linking import link_device
+from pin_sessions.user_activity.linking import link_sign_in
 from pin_sessions.user_activity.user_data import erase_user, is_erased
 
 SIGN_INS_TOPIC = "pin.identity.sign-ins.v1"
@@ -56,9 +56,7 @@ class SignedInConsumer:
             log.info("sign-in of an erased user ignored", messageId=str(message.message_id))
             return
         signed_in_at = datetime.fromisoformat(payload["SignedInAt"])
-        outcome = await link_device(
-            conn, uuid.UUID(anonymous_id), user_id, now, signed_in_at=signed_in_at
-        )
+        outcome = await link_sign_in(conn, uuid.UUID(anonymous_id), user_id, signed_in_at, now)
         if outcome is not None and outcome.stale:
             self._stale.inc()
             log.info(

@@ -46,6 +46,35 @@ class SessionSnapshot:
     last_activity_at: datetime
 
 
+@dataclass(frozen=True)
+class SignedInCaller:
+    """A request's user, and when the sign-in behind its token happened (SPEC §11).
+
+    ``signed_in_at`` is the token's auth_time: the instant every link is ordered by, so
+    that the latest sign-in owns the device whatever order requests and events arrive in.
+    """
+
+    user_id: uuid.UUID
+    signed_in_at: datetime
+
+
+@dataclass(frozen=True)
+class DeviceLink:
+    """One link of a device's history: whose, and the instant of the sign-in it stands for."""
+
+    user_id: uuid.UUID
+    linked_at: datetime
+
+
+def is_stale_request(caller: SignedInCaller, latest_since: DeviceLink | None) -> bool:
+    """SPEC §11: another user linked the device after the caller's sign-in.
+
+    ``latest_since`` is the device's latest link later than ``caller.signed_in_at``. The
+    caller's own later link (a newer sign-in of the same user) makes their token no stranger.
+    """
+    return latest_since is not None and latest_since.user_id != caller.user_id
+
+
 @dataclass(frozen=True, slots=True)
 class ExtendedSession:
     """A session a heartbeat extended: all its answer tells."""

@@ -40,12 +40,19 @@ from pin_sessions.platform.http.dependencies import (
 )
 from pin_sessions.platform.http.idempotency_key import IdempotencyKey, idempotency_key_parameter
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
+from pin_sessions.platform.http.security_schemes import OPTIONAL_USER
 from pin_sessions.platform.permissions import DEV_STATS_VIEW, HISTORY_VIEW_BY_USER
 from pin_sessions.platform.streamed_json import stream_json
 from pin_sessions.user_activity import history, operations
-from pin_sessions.user_activity.domain import DeviceInfo, device_info, duration_seconds
+from pin_sessions.user_activity.domain import (
+    DeviceInfo,
+    SignedInCaller,
+    device_info,
+    duration_seconds,
+)
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.idempotency import request_hash
+from pin_sessions.user_activity.linking import StaleLinks
 from pin_sessions.user_activity.schemas import (
     ActionRecorded,
     ActionRequest,
@@ -129,10 +136,10 @@ async def heartbeat(request: Request) -> Response:
     await given.authenticator.claimed_user(request)
     await _refuse_fields(request)
 
-    async def newcomer() -> tuple[uuid.UUID | None, DeviceInfo]:
+    async def newcomer() -> tuple[SignedInCaller | None, DeviceInfo]:
         user = await optional_user(request)
         client_ip = request_client_ip(request, given.trusted_proxies)
-        return (None if user is None else user.user_id), read_device(request, client_ip)
+        return _caller(user), read_device(request, client_ip)
 
     heartbeats = state(request, "heartbeats", Heartbeats)
     result = await operations.heartbeat(
@@ -157,6 +164,8 @@ router.add_api_route(
     },
     openapi_extra={
         **REQUIRED_DEVICE,
+        # It reads the optional Bearer token itself (no dependency says so).
+        "security": OPTIONAL_USER.security(),
         "requestBody": {
             "required": False,
             "content": {"application/json": {"schema": HeartbeatRequest.model_json_schema()}},
@@ -200,7 +209,7 @@ async def start(
     _body: Annotated[StartRequest | None, Body()] = None,
 ) -> SessionStarted:
     """Start the device's session or continue it (INV-SES-001); issues an AnonymousId."""
-    started = await operations.start_session(db, anonymous_id, _user_id(user), device, now)
+    started = await operations.start_session(db, anonymous_id, _caller(user), device, now)
     session = started.session
     return SessionStarted(
         session_id=session.id,
@@ -211,6 +220,10 @@ async def start(
         last_activity_at=session.last_activity_at,
         created=started.created,
     )
+
+
+async def _stale_links(request: Request) -> StaleLinks:
+    return state(request, "stale_links", StaleLinks)
 
 
 @router.post(
@@ -225,17 +238,32 @@ async def link(
     device: Device,
     anonymous_id: RequiredDevice,
     user: CurrentUser,
+    stale_links: Annotated[StaleLinks, Depends(_stale_links)],
     _body: Annotated[LinkRequest | None, Body()] = None,
-) -> SessionLinked:
-    """Link the device's session to the caller (INV-SES-002)."""
-    outcome = await operations.link(db, anonymous_id, user.user_id, device, now)
+) -> Response:
+    """Link the device's session to the caller (INV-SES-002).
+
+    A stale link (another user signed in on the device after the caller, and linked it:
+    SPEC §11) changes nothing and is a 200 all the same, as a repeated link is: it is the
+    outcome of a race between sign-ins, not a client's mistake. Its answer is the device's
+    session as it is (as a start would show it: another user's, or a guest's with nulls),
+    with ``stale: true``.
+    """
+    caller = SignedInCaller(user.user_id, user.signed_in_at)
+    outcome = await operations.link(db, anonymous_id, caller, device, now)
     session = outcome.session
-    assert session.user_id is not None and session.linked_at is not None
-    return SessionLinked(
+    answer = SessionLinked(
         session_id=session.id,
         user_id=session.user_id,
         linked_at=session.linked_at,
         switched=outcome.switched,
+    )
+    if outcome.stale:
+        stale_links.record(caller, outcome)
+        answer.stale = True
+    # Only a stale answer carries `stale`: every other is the four members of SPEC §4.
+    return Response(
+        answer.model_dump_json(by_alias=True, exclude_unset=True), media_type="application/json"
     )
 
 
@@ -267,7 +295,7 @@ async def own_history(
 @router.get(
     "/sessions/open-count",
     response_model=OpenSessions,
-    responses=problems(401, 403, 503),
+    responses=problems(400, 401, 403, 503),
     dependencies=[permission_required(DEV_STATS_VIEW)],
 )
 async def open_sessions(db: DatabaseDep, now: Now) -> OpenSessions:
@@ -304,7 +332,7 @@ async def record_action(
     recorded = await operations.record_action(
         db,
         anonymous_id,
-        _user_id(user),
+        _caller(user),
         device,
         now,
         action_type=body.type,
@@ -336,7 +364,7 @@ async def start_view(
     started = await operations.start_view(
         db,
         anonymous_id,
-        _user_id(user),
+        _caller(user),
         device,
         now,
         property_object_id=body.property_object_id,
@@ -400,8 +428,8 @@ def _idempotency(
     return operations.Idempotency(key, request_hash(operation, body.model_dump_json()))
 
 
-def _user_id(user: UserPrincipal | None) -> uuid.UUID | None:
-    return None if user is None else user.user_id
+def _caller(user: UserPrincipal | None) -> SignedInCaller | None:
+    return None if user is None else SignedInCaller(user.user_id, user.signed_in_at)
 
 
 async def _activity_data(request: Request) -> ActivityData:
@@ -416,7 +444,7 @@ async def _activity_data(request: Request) -> ActivityData:
             "description": "Every session, view and action of the caller (SPEC §10), streamed",
             "content": {"application/json": {"schema": {"type": "object"}}},
         },
-        **problems(401, 404, 503),
+        **problems(400, 401, 404, 503),
     },
 )
 async def export_me(

@@ -19,10 +19,10 @@ from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.outbox import append
 from pin_sessions.user_activity import events, repository, sql
 from pin_sessions.user_activity import idempotency as idempotency_keys
-from pin_sessions.user_activity.domain import DeviceInfo, SessionSnapshot
+from pin_sessions.user_activity.domain import DeviceInfo, SessionSnapshot, SignedInCaller
 from pin_sessions.user_activity.errors import ViewNotFound
 from pin_sessions.user_activity.heartbeats import Heartbeats
-from pin_sessions.user_activity.linking import LinkOutcome, link_device, linked_event
+from pin_sessions.user_activity.linking import LinkOutcome, link_request, linked_event
 from pin_sessions.user_activity.user_data import refuse_erased
 
 log = structlog.get_logger(__name__)
@@ -66,15 +66,17 @@ async def active_session(
     device: DeviceInfo,
     now: datetime,
     *,
-    user_id: uuid.UUID | None = None,
+    caller: SignedInCaller | None = None,
 ) -> Started:
     """Extend the device's Active session, or start one (INV-SES-001, INV-SES-003).
 
     One statement: racing callers all end on the one session the partial unique index let
-    in, each loser extending the winner's.
+    in, each loser extending the winner's. The session is extended as it is, whoever calls:
+    only linking changes who is on a device (SPEC §11). A new session is ``caller``'s,
+    unless another user linked the device after the caller's sign-in: then a guest's.
     """
     session, created = await repository.continue_or_start(
-        conn, anonymous_id, device, now, user_id=user_id
+        conn, anonymous_id, device, now, caller=caller
     )
     if created:
         # The logging processor masks clientIp to its /24 (/48); it is never written whole.
@@ -86,47 +88,48 @@ async def active_session(
         )
         if session.user_id is not None:
             await append(conn, linked_event(session), now=now)
+        elif caller is not None:
+            log.info(
+                "stale token started a guest session",
+                sessionId=str(session.id),
+                userId=str(caller.user_id),
+                signedInAt=caller.signed_in_at.isoformat(),
+            )
     return Started(session, created=created)
 
 
 async def start_session(
     db: Database,
     anonymous_id: uuid.UUID | None,
-    user_id: uuid.UUID | None,
+    caller: SignedInCaller | None,
     device: DeviceInfo,
     now: datetime,
 ) -> Started:
-    """Start or continue the device's session; a signed-in caller also links it to itself."""
+    """Start or continue the device's session (INV-SES-001)."""
     anonymous_id = anonymous_id or new_id()
     async with db.transaction() as conn:
-        return await callers_session(conn, anonymous_id, user_id, device, now)
+        return await callers_session(conn, anonymous_id, caller, device, now)
 
 
 async def callers_session(
     conn: Connection,
     anonymous_id: uuid.UUID,
-    user_id: uuid.UUID | None,
+    caller: SignedInCaller | None,
     device: DeviceInfo,
     now: datetime,
 ) -> Started:
-    """The device's Active session, continued or started, and a signed-in caller's own.
+    """The device's Active session, continued as it is or started, for a request.
 
-    A caller with a Bearer token is the user on the device now, whether or not a link
-    was made yet: an unlinked session becomes theirs, another user's is closed and a new
-    one opened for them (INV-SES-002) before anything is recorded in it, so nothing the
-    caller does is ever written under the previous user.
+    A Bearer token does not make the device its user's: a stale tab (a token of a user
+    another has signed in after, on this device) would otherwise take the device back from
+    the later sign-in. Who is on the device changes by linking alone (SPEC §11).
     """
-    await refuse_erased(conn, user_id)
-    started = await active_session(conn, anonymous_id, device, now, user_id=user_id)
-    if user_id is None or started.session.user_id == user_id:
-        return started
-    outcome = await link_device(conn, anonymous_id, user_id, now, device=device)
-    assert outcome is not None  # the device was given, so a session exists
-    return Started(outcome.session, created=started.created or outcome.created)
+    await refuse_erased(conn, None if caller is None else caller.user_id)
+    return await active_session(conn, anonymous_id, device, now, caller=caller)
 
 
 # Who is calling and from which device: read only when a heartbeat must start a session.
-Newcomer = Callable[[], Awaitable[tuple[uuid.UUID | None, DeviceInfo]]]
+Newcomer = Callable[[], Awaitable[tuple[SignedInCaller | None, DeviceInfo]]]
 
 
 async def heartbeat(
@@ -142,22 +145,24 @@ async def heartbeat(
     session = await heartbeats.extend(anonymous_id, now)
     if session is not None:
         return HeartbeatResult(session.id, session.last_activity_at, restarted=False)
-    user_id, device = await newcomer()
-    started = await start_session(db, anonymous_id, user_id, device, now)
+    caller, device = await newcomer()
+    started = await start_session(db, anonymous_id, caller, device, now)
     return HeartbeatResult(
         started.session.id, started.session.last_activity_at, restarted=started.created
     )
 
 
 async def link(
-    db: Database, anonymous_id: uuid.UUID, user_id: uuid.UUID, device: DeviceInfo, now: datetime
+    db: Database,
+    anonymous_id: uuid.UUID,
+    caller: SignedInCaller,
+    device: DeviceInfo,
+    now: datetime,
 ) -> LinkOutcome:
-    """``POST /sessions/link``: INV-SES-002 in one transaction."""
+    """``POST /sessions/link``: INV-SES-002 in one transaction, unless stale (SPEC §11)."""
     async with db.transaction() as conn:
-        await refuse_erased(conn, user_id)
-        outcome = await link_device(conn, anonymous_id, user_id, now, device=device)
-    assert outcome is not None  # the device was given, so a session exists
-    return outcome
+        await refuse_erased(conn, caller.user_id)
+        return await link_request(conn, anonymous_id, caller, device, now)
 
 
 @dataclass(frozen=True)
@@ -171,7 +176,7 @@ class Idempotency:
 async def record_action(
     db: Database,
     anonymous_id: uuid.UUID,
-    user_id: uuid.UUID | None,
+    caller: SignedInCaller | None,
     device: DeviceInfo,
     now: datetime,
     *,
@@ -180,7 +185,7 @@ async def record_action(
     data: Any,
     idempotency: Idempotency | None = None,
 ) -> RecordedAction:
-    """An action is activity: it extends (or restarts) the caller's session it is recorded in.
+    """An action is activity: it extends (or restarts) the device's session it is recorded in.
 
     A repeat of a keyed request records nothing and answers as the first did.
     """
@@ -190,7 +195,7 @@ async def record_action(
             if first is not None:
                 return RecordedAction(uuid.UUID(first["actionId"]), uuid.UUID(first["sessionId"]))
         action_id = new_id()
-        started = await callers_session(conn, anonymous_id, user_id, device, now)
+        started = await callers_session(conn, anonymous_id, caller, device, now)
         session = started.session
         await conn.execute(
             sql.INSERT_ACTION,
@@ -211,14 +216,14 @@ async def record_action(
 async def start_view(
     db: Database,
     anonymous_id: uuid.UUID,
-    user_id: uuid.UUID | None,
+    caller: SignedInCaller | None,
     device: DeviceInfo,
     now: datetime,
     *,
     property_object_id: uuid.UUID,
     idempotency: Idempotency | None = None,
 ) -> StartedView:
-    """A view is activity too, recorded in the caller's session like an action."""
+    """A view is activity too, recorded in the device's session like an action."""
     async with db.transaction() as conn:
         if idempotency is not None:
             first = await _first_answer(conn, anonymous_id, idempotency, now)
@@ -229,7 +234,7 @@ async def start_view(
                     datetime.fromisoformat(first["startedAt"]),
                 )
         view_id = new_id()
-        started = await callers_session(conn, anonymous_id, user_id, device, now)
+        started = await callers_session(conn, anonymous_id, caller, device, now)
         session = started.session
         await conn.execute(
             sql.INSERT_VIEW, view_id, session.id, property_object_id, session.user_id, now

@@ -15,9 +15,11 @@ from pin_sessions.platform.ids import new_id
 from pin_sessions.user_activity import sql
 from pin_sessions.user_activity.domain import (
     DeviceInfo,
+    DeviceLink,
     ExtendedSession,
     SessionSnapshot,
     SessionStatus,
+    SignedInCaller,
 )
 
 
@@ -35,11 +37,26 @@ def snapshot(row: Any) -> SessionSnapshot:
 
 async def extend_sessions(
     conn: Connection, activity: Mapping[uuid.UUID, datetime]
-) -> dict[uuid.UUID, ExtendedSession]:
-    """Extend each device's Active session to its time; devices with none are left out."""
+) -> tuple[dict[uuid.UUID, ExtendedSession], list[uuid.UUID]]:
+    """Extend each device's Active session to its time, skipping rows other transactions
+    hold: the extended sessions, and the devices whose Active row was locked."""
     devices = sorted(activity)
     rows = await conn.fetch(sql.HEARTBEAT_BATCH, devices, [activity[device] for device in devices])
-    return {device: ExtendedSession(session_id, at) for device, session_id, at in rows}
+    extended = {
+        device: ExtendedSession(session_id, at)
+        for device, session_id, at in rows
+        if session_id is not None
+    }
+    locked = [device for device, session_id, _ in rows if session_id is None]
+    return extended, locked
+
+
+async def extend_session(
+    conn: Connection, anonymous_id: uuid.UUID, now: datetime
+) -> ExtendedSession | None:
+    """Extend one device's Active session to ``now``, waiting for its row if it is locked."""
+    row = await conn.fetchrow(sql.HEARTBEAT_ONE, anonymous_id, now)
+    return None if row is None else ExtendedSession(row["id"], row["last_activity_at"])
 
 
 def _new_session(
@@ -69,12 +86,21 @@ async def continue_or_start(
     device: DeviceInfo,
     now: datetime,
     *,
-    user_id: uuid.UUID | None = None,
+    caller: SignedInCaller | None = None,
 ) -> tuple[SessionSnapshot, bool]:
-    """The device's Active session, extended, or a new one; True when it was started."""
+    """The device's Active session, extended as it is, or a new one; True when started.
+
+    A new session is ``caller``'s, unless another user linked the device since the
+    caller's sign-in: then it is a guest's (SPEC §11).
+    """
     proposed = new_id()
+    user_id, signed_in_at = (
+        (None, None) if caller is None else (caller.user_id, caller.signed_in_at)
+    )
     row = await conn.fetchrow(
-        sql.CONTINUE_OR_START_SESSION, *_new_session(proposed, anonymous_id, device, now, user_id)
+        sql.CONTINUE_OR_START_SESSION,
+        *_new_session(proposed, anonymous_id, device, now, user_id),
+        signed_in_at,
     )
     session = snapshot(row)
     return session, session.id == proposed
@@ -86,10 +112,20 @@ async def insert_session(
     device: DeviceInfo,
     now: datetime,
     *,
-    user_id: uuid.UUID | None = None,
+    link: DeviceLink | None = None,
 ) -> SessionSnapshot | None:
-    """A new Active session; None when the device already has one (INV-SES-001)."""
+    """A new Active session, a guest's or ``link``'s; None when the device already has one
+    (INV-SES-001)."""
+    user_id, linked_at = (None, None) if link is None else (link.user_id, link.linked_at)
     row = await conn.fetchrow(
-        sql.INSERT_SESSION, *_new_session(new_id(), anonymous_id, device, now, user_id)
+        sql.INSERT_SESSION, *_new_session(new_id(), anonymous_id, device, now, user_id), linked_at
     )
     return None if row is None else snapshot(row)
+
+
+async def latest_link_since(
+    conn: Connection, anonymous_id: uuid.UUID, since: datetime
+) -> DeviceLink | None:
+    """The device's latest link standing for a sign-in later than ``since``."""
+    row = await conn.fetchrow(sql.SELECT_LATEST_LINK_SINCE, anonymous_id, since)
+    return None if row is None else DeviceLink(row["user_id"], row["linked_at"])

@@ -90,10 +90,23 @@ class HeartbeatAccepted(_Response):
 
 
 class SessionLinked(_Response):
+    """The device's session after a link; a stale link (SPEC §11) leaves it as it was."""
+
     session_id: uuid.UUID
-    user_id: uuid.UUID
-    linked_at: datetime
+    user_id: uuid.UUID | None = Field(
+        description="The session's user: the caller, unless the link was stale (then another "
+        "user's, or null for a guest's session)"
+    )
+    linked_at: datetime | None = Field(
+        description="The instant of the sign-in the session's link stands for (for a link by "
+        "this route, the token's auth_time); null for a guest's session"
+    )
     switched: bool
+    stale: bool = Field(
+        default=False,
+        description="Present, and true, only when another user signed in on the device after "
+        "the caller and linked it: the link changed nothing",
+    )
 
 
 class ActionRecorded(_Response):

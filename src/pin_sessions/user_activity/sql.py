@@ -9,45 +9,105 @@ from __future__ import annotations
 # INV-SES-003/006, for every device of a group commit (``heartbeats``): one conditional
 # UPDATE, without loading the aggregate; an Inactive session never matches. One row per
 # device in $1 (the caller merged duplicates); ``greatest`` keeps the activity time
-# monotonic across instances. The devices come sorted, so concurrent batches of several
-# processes take their row locks in one order.
+# monotonic across instances. It never waits on a row lock (SPEC §11): ``claimed`` takes
+# the Active rows no other transaction holds, and the statement also returns, with a null
+# id, each device whose Active row (as the statement's snapshot sees it) was not claimed —
+# locked by another transaction, or closed since — for the caller to extend on its own.
+# That second read runs only when something was left unclaimed.
 HEARTBEAT_BATCH = """
-update user_activity.sessions as s
-set last_activity_at = greatest(s.last_activity_at, batch.at)
-from unnest($1::uuid[], $2::timestamptz[]) as batch(anonymous_id, at)
-where s.anonymous_id = batch.anonymous_id and s.status = 'Active'
-returning s.anonymous_id, s.id, s.last_activity_at
+with claimed as (
+    select s.id, batch.at
+    from unnest($1::uuid[], $2::timestamptz[]) as batch(anonymous_id, at)
+    join user_activity.sessions as s
+        on s.anonymous_id = batch.anonymous_id and s.status = 'Active'
+    for no key update of s skip locked
+), extended as (
+    update user_activity.sessions as s
+    set last_activity_at = greatest(s.last_activity_at, claimed.at)
+    from claimed
+    where s.id = claimed.id and s.status = 'Active'
+    returning s.anonymous_id, s.id, s.last_activity_at
+)
+select anonymous_id, id, last_activity_at from extended
+union all
+select s.anonymous_id, null, null
+from user_activity.sessions as s
+where (select count(*) from claimed) < cardinality($1::uuid[])
+    and s.anonymous_id = any($1::uuid[]) and s.status = 'Active'
+    and not exists (select from claimed where claimed.id = s.id)
+"""
+
+# One device that the batch left out because another transaction held its row: the same
+# conditional UPDATE, waiting for that lock (bounded by the statement timeout). A row
+# closed meanwhile no longer matches, and the device has no Active session.
+HEARTBEAT_ONE = """
+update user_activity.sessions
+set last_activity_at = greatest(last_activity_at, $2)
+where anonymous_id = $1 and status = 'Active'
+returning id, last_activity_at
 """
 
 # INV-SES-001/003 in one statement: continue the device's Active session or start one. The
 # partial unique index decides between racing starts: the losers extend the winner's session
 # instead (the caller learns which happened by comparing the returned id with the one it
-# proposed).
+# proposed). An Active session is only extended, whoever calls: only linking changes who is
+# on a device (SPEC §11). A new session is the signed-in caller's ($3, signed in at $10)
+# unless the device's latest link since that sign-in is another user's: then it is a
+# guest's. Linked, it takes the instant of its user's latest sign-in known on the device,
+# the key later links are ordered by (SELECT_LATEST_LINK_SINCE). A link that commits while
+# this runs either made the device's Active session, which this then extends, or waits for
+# this session and judges it.
 CONTINUE_OR_START_SESSION = """
+with latest_link as (
+    select user_id, linked_at
+    from user_activity.sessions
+    where $3::uuid is not null and anonymous_id = $2 and linked_at > $10::timestamptz
+    order by linked_at desc, id desc
+    limit 1
+),
+owner as (
+    select $3::uuid as user_id,
+           coalesce((select linked_at from latest_link), $10::timestamptz) as linked_at
+    where $3::uuid is not null
+      and coalesce((select user_id from latest_link) = $3::uuid, true)
+)
 insert into user_activity.sessions
     (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,
      device_user_agent, device_type, device_os, device_browser, device_ip)
-values ($1, $2, $3, case when $3::uuid is null then null else $4::timestamptz end,
+values ($1, $2, (select user_id from owner), (select linked_at from owner),
         'Active', $4, $4, $5, $6, $7, $8, $9)
 on conflict (anonymous_id) where status = 'Active'
 do update set last_activity_at = greatest(sessions.last_activity_at, excluded.last_activity_at)
 returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
 """
 
-# A linker's new session: when the device already has an Active one, nothing is inserted
-# and the linker re-reads it (INV-SES-001).
+# A linker's new session, of user $3 linked at $10 (both null for a guest's): when the
+# device already has an Active one, nothing is inserted and the linker re-reads it
+# (INV-SES-001).
 INSERT_SESSION = """
 insert into user_activity.sessions
     (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,
      device_user_agent, device_type, device_os, device_browser, device_ip)
-values ($1, $2, $3, case when $3::uuid is null then null else $4::timestamptz end,
-        'Active', $4, $4, $5, $6, $7, $8, $9)
+values ($1, $2, $3, $10, 'Active', $4, $4, $5, $6, $7, $8, $9)
 on conflict (anonymous_id) where status = 'Active' do nothing
 returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
 """
 
+# SPEC §11: the device's latest link standing for a sign-in later than $2, and whose. Every
+# linked_at is the instant of the sign-in its link stands for (a token's auth_time, a
+# sign-in event's SignedInAt), so this orders sign-ins whatever order their links arrived
+# in. Through ix_sessions_anonymous_id: one device's sessions, bounded by retention.
+SELECT_LATEST_LINK_SINCE = """
+select user_id, linked_at
+from user_activity.sessions
+where anonymous_id = $1 and linked_at > $2
+order by linked_at desc, id desc
+limit 1
+"""
+
 # Link holds the device's Active session until it commits, so two users linking one
-# device at once are serialised and the second sees the first one's outcome.
+# device at once are serialised and the second sees the first one's outcome: its next
+# statement (SELECT_LATEST_LINK_SINCE) reads the device's history with the first committed.
 LOCK_ACTIVE_SESSION = """
 select id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
 from user_activity.sessions
@@ -64,7 +124,7 @@ returning id, anonymous_id, user_id, linked_at, status, created_at, last_activit
 """
 
 # The session that replaces a force-closed one: same device, parsed once, new user;
-# linked at $4 (a late sign-in's instant, or now), started at $5 (now).
+# linked at $4 (the instant of the sign-in the link stands for), started at $5 (now).
 INSERT_SWITCHED_SESSION = """
 insert into user_activity.sessions
     (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,

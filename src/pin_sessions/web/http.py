@@ -4,6 +4,12 @@
 tracker so a developer can watch sessions appear. With ``PIN_DEV_CODES=1`` (never in prod) one
 more route, ``POST /dev/dev-stats/viewers``, grants ``dev-stats.view`` to a phone number, so the
 dashboard can sign a developer in with the dev sign-in codes and show data on ``up``'s defaults.
+
+What a page may offer is rendered into it, never probed: ``<body data-dev-codes="true">`` where
+the development codes are mounted (:class:`PageFeatures`, which the composition root puts on
+``app.state.page_features``), so a page makes no request that is meant to fail. The pages'
+icon is ``/static/favicon.svg``, also served as ``/favicon.ico`` for what a browser shows
+without a page (a JSON answer opened in a tab).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 from typing import Annotated, Protocol, runtime_checkable
@@ -38,7 +45,9 @@ STATIC_FILES = {
     "charts.js": "text/javascript; charset=utf-8",
     "demo.js": "text/javascript; charset=utf-8",
     "pages.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
+FAVICON = "favicon.svg"
 PAGES = {"/dev-stats": "dev-stats.html", "/demo": "demo.html"}
 # The pages run only our own scripts and talk only to this origin.
 CONTENT_SECURITY_POLICY = (
@@ -47,6 +56,19 @@ CONTENT_SECURITY_POLICY = (
 )
 # Revalidate every time: a stale tracker in a developer's cache hides a fix.
 CACHE_CONTROL = "no-cache"
+
+
+# The static pages carry this attribute; served, it says what the server offers.
+DEV_CODES_OFF = b'data-dev-codes="false"'
+DEV_CODES_ON = b'data-dev-codes="true"'
+
+
+@dataclass(frozen=True)
+class PageFeatures:
+    """What the pages offer on this server: ``app.state.page_features``."""
+
+    # The one-click sign-in with a development code (PIN_DEV_CODES=1).
+    dev_codes: bool = False
 
 
 @runtime_checkable
@@ -70,6 +92,21 @@ def static_bytes(name: str) -> bytes:
     return resources.files("pin_sessions.web").joinpath("static", name).read_bytes()
 
 
+@functools.cache
+def page_bytes(name: str, features: PageFeatures) -> bytes:
+    """A page as served: its static file with what this server offers filled in."""
+    html = static_bytes(name)
+    if DEV_CODES_OFF not in html:
+        raise ValueError(f"{name} lacks {DEV_CODES_OFF.decode()} on its <body>")
+    return html.replace(DEV_CODES_OFF, DEV_CODES_ON) if features.dev_codes else html
+
+
+async def _features(request: Request) -> PageFeatures:
+    return state(request, "page_features", PageFeatures)
+
+
+Features = Annotated[PageFeatures, Depends(_features)]
+
 # Pages and scripts are not API operations, so the OpenAPI document leaves them out.
 router = APIRouter(include_in_schema=False)
 # Mounted only with PIN_DEV_CODES=1 (never in prod); documented whenever it is mounted.
@@ -79,20 +116,32 @@ PAGE_HEADERS = {"Cache-Control": CACHE_CONTROL, "Content-Security-Policy": CONTE
 
 
 @router.get("/dev-stats")
-async def dashboard() -> Response:
+async def dashboard(features: Features) -> Response:
     """The sessions dashboard."""
+    return _page("/dev-stats", features)
+
+
+@router.get("/demo")
+async def demo(features: Features) -> Response:
+    """The tracker demo."""
+    return _page("/demo", features)
+
+
+def _page(path: str, features: PageFeatures) -> Response:
     return Response(
-        static_bytes(PAGES["/dev-stats"]),
+        page_bytes(PAGES[path], features),
         media_type="text/html; charset=utf-8",
         headers=PAGE_HEADERS,
     )
 
 
-@router.get("/demo")
-async def demo() -> Response:
-    """The tracker demo."""
+@router.get("/favicon.ico")
+async def favicon() -> Response:
+    """The icon a browser asks for by itself (the pages name theirs)."""
     return Response(
-        static_bytes(PAGES["/demo"]), media_type="text/html; charset=utf-8", headers=PAGE_HEADERS
+        static_bytes(FAVICON),
+        media_type=STATIC_FILES[FAVICON],
+        headers={"Cache-Control": "public, max-age=86400"},
     )
 
 

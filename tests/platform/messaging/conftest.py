@@ -1,4 +1,4 @@
-"""A Tansu broker for the session, and the ``pipeline`` fixture run once per bus."""
+"""A Kafka broker for the test process, and the ``pipeline`` fixture run once per bus."""
 
 from __future__ import annotations
 
@@ -11,14 +11,20 @@ from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.runtime import Runtime
 from tests.platform.messaging.pipeline import CREATE_APPLIED, KAFKA, POSTGRES, Pipeline
 from tests.platform.messaging.proxy import CuttableProxy
-from tests.support.kafka import TansuBroker
+from tests.support.kafka import KafkaCluster
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[TansuBroker]:
-    """Started once; a broker that cannot start fails the Kafka cases, it never skips them."""
-    broker = TansuBroker()
-    broker.start()
+def kafka_broker() -> Iterator[KafkaCluster]:
+    """One Apache Kafka node, started the first time a test of this process asks for it and
+    shared by all (each test has its own topics and groups); a broker that cannot start fails
+    the Kafka cases, it never skips them."""
+    broker = KafkaCluster()
+    try:
+        broker.start()
+    except BaseException:
+        broker.stop()
+        raise
     try:
         yield broker
     finally:

@@ -22,7 +22,7 @@ from pin_sessions.platform.process import Role
 from pin_sessions.platform.runtime import Runtime
 from tests.conftest import T0
 from tests.platform.messaging.proxy import CuttableProxy
-from tests.support.kafka import TansuBroker
+from tests.support.kafka import KafkaCluster
 from tests.support.waiting import wait_until
 
 POSTGRES, KAFKA = "postgres", "kafka"
@@ -108,7 +108,7 @@ class Pipeline:
 
     kind: str
     runtime: Runtime
-    broker: TansuBroker | None
+    broker: KafkaCluster | None
     metrics: MessagingMetrics
     # PostgreSQL-bus consumers reach the database through this proxy (bus away = cut it).
     consumer_database: Database

@@ -9,9 +9,10 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from pin_sessions.bootstrap import CONSUMERS
+from pin_sessions.bootstrap import CONSUMERS, PUBLISHED_TOPICS
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.platform.metrics import new_registry
+from pin_sessions.settings import KafkaSettings
 from tests.conftest import T0
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,7 +43,11 @@ def _resolve(document: dict[str, Any], ref: str) -> Any:
 def test_every_schema_topic_has_a_channel_with_six_partitions_and_nothing_else() -> None:
     channels = _document()["channels"].values()
     assert {channel["address"] for channel in channels} == set(_schemas())
+    # The topics the relay creates and may write (SPEC §11) are exactly these.
+    assert {channel["address"] for channel in channels} == set(PUBLISHED_TOPICS)
     assert all(channel["bindings"]["kafka"]["partitions"] == 6 for channel in channels)
+    replicas = KafkaSettings().replication_factor
+    assert all(channel["bindings"]["kafka"]["replicas"] == replicas for channel in channels)
 
 
 def test_each_channel_message_carries_its_topic_schema_and_metadata() -> None:

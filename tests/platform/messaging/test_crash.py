@@ -67,7 +67,8 @@ async def test_a_crash_before_recording_progress_redelivers_and_the_consumer_app
     handler = SessionEndedConsumer()
     consumer: Handler
     if pipeline.kind == KAFKA:
-        env = {**settings_env, "PIN_KAFKA_BOOTSTRAP_SERVERS": pipeline.bootstrap}
+        assert pipeline.broker is not None
+        env = {**settings_env, **pipeline.broker.env()}
         await _kill_inside_the_window("relay", env=env)
         unsent = "select count(*) from messaging.outbox where published_at is null"
         assert await _count(pipeline, unsent) == EVENTS  # acknowledged, yet never marked

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from pin_sessions.platform.outbox import append
 from tests.conftest import T0
 from tests.platform.messaging.pipeline import KAFKA, Pipeline, eventually, thing
-from tests.support.kafka import TansuBroker
+from tests.support.kafka import KafkaCluster
 
 METADATA_HEADERS = {
     "MessageId",
@@ -26,7 +26,7 @@ METADATA_HEADERS = {
 }
 
 
-def _read_all(broker: TansuBroker, topic: str, count: int) -> list[Message]:
+def _read_all(broker: KafkaCluster, topic: str, count: int) -> list[Message]:
     reader = Consumer(
         {
             "bootstrap.servers": broker.bootstrap,
@@ -50,7 +50,7 @@ def _read_all(broker: TansuBroker, topic: str, count: int) -> list[Message]:
 
 @pytest.mark.parametrize("bus", [KAFKA])
 async def test_topics_get_six_partitions_and_each_key_keeps_to_one_partition(
-    pipeline: Pipeline, kafka_broker: TansuBroker
+    pipeline: Pipeline, kafka_broker: KafkaCluster
 ) -> None:
     topic = pipeline.topic()
     aggregates = [uuid.uuid4() for _ in range(24)]

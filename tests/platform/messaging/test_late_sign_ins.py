@@ -17,7 +17,7 @@ from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.outbox import append
 from pin_sessions.user_activity import operations
 from pin_sessions.user_activity.consumers import SIGN_INS_TOPIC, SignedInConsumer
-from pin_sessions.user_activity.domain import device_info
+from pin_sessions.user_activity.domain import SignedInCaller, device_info
 from pin_sessions.user_activity.events import SESSION_ENDED_TOPIC
 from tests.conftest import T0
 from tests.platform.messaging.pipeline import KAFKA, Pipeline, Renamed, eventually, sample
@@ -106,14 +106,15 @@ async def test_a_sign_in_delivered_after_a_later_users_link_closes_nothing(
     await sign_ins.write(user_a, anonymous_id, A_SIGNED_IN_AT)
     await sign_ins.write(user_b, anonymous_id, B_SIGNED_IN_AT)
     b_link = T0 + timedelta(minutes=3)
-    await operations.link(runtime.database, anonymous_id, user_b, DEVICE, b_link)
+    b_signed_in = SignedInCaller(user_b, B_SIGNED_IN_AT)
+    await operations.link(runtime.database, anonymous_id, b_signed_in, DEVICE, b_link)
 
     clock.set(CATCHING_UP_AT)
     sign_ins.start()
     await sign_ins.applied()
     [row] = await sessions_of(runtime, anonymous_id)
     assert (row["id"], row["status"], row["user_id"]) == (session_id, "Active", user_b)
-    assert row["linked_at"] == b_link
+    assert row["linked_at"] == B_SIGNED_IN_AT  # B's token's auth_time
     assert await _session_ended_events(pipeline) == 0
     assert sign_ins.stale() == 1  # A's; B's own sign-in is a no-op, not a stale one
 

@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import TEST_SECRET_KEY
 from tests.identity.flows import bearer, sign_in
 from tests.platform.messaging.pipeline import KAFKA
-from tests.support.kafka import TansuBroker
+from tests.support.kafka import KafkaCluster
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
 from tests.support.waiting import wait_until
@@ -94,8 +94,8 @@ async def test_a_request_and_the_consumer_effect_it_causes_are_one_trace(
     env = _env(database_url, tmp_path, receiver)
     roles: list[tuple[str, ...]] = [("consume", "dev-stats-session-ended")]
     if bus == KAFKA:
-        broker: TansuBroker = request.getfixturevalue("kafka_broker")
-        env["PIN_KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
+        broker: KafkaCluster = request.getfixturevalue("kafka_broker")
+        env |= broker.env()
         roles.append(("relay",))
     port = free_port()
     processes: list[subprocess.Popen[str]] = []

@@ -16,7 +16,7 @@ from pin_sessions.identity.user_data import RequestedBy, UserData
 from pin_sessions.platform.ids import new_id
 from pin_sessions.user_activity import operations
 from pin_sessions.user_activity.consumers import UserErasedConsumer as ActivityUserErased
-from pin_sessions.user_activity.domain import device_info
+from pin_sessions.user_activity.domain import SignedInCaller, device_info
 from tests.conftest import T0
 from tests.platform.messaging.pipeline import Pipeline, RenamedPreparing, eventually
 from tests.support.tokens import Tokens
@@ -40,11 +40,12 @@ async def test_an_erasure_is_applied_by_both_contexts(pipeline: Pipeline) -> Non
         user = await signed_in_user(conn, Tokens.of(runtime).signer, now=now)
     anonymous_id = new_id()
     device = device_info(IPHONE, None)
-    await operations.start_session(runtime.database, anonymous_id, user.user_id, device, now)
+    caller = SignedInCaller(user.user_id, now)
+    await operations.start_session(runtime.database, anonymous_id, caller, device, now)
     await operations.record_action(
         runtime.database,
         anonymous_id,
-        user.user_id,
+        caller,
         device,
         now,
         action_type="favorites.add",

@@ -15,8 +15,8 @@ from pin_sessions.platform.devices import DeviceType
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity import operations, sql
-from pin_sessions.user_activity.domain import DeviceInfo
-from pin_sessions.user_activity.linking import link_device
+from pin_sessions.user_activity.domain import DeviceInfo, SignedInCaller
+from pin_sessions.user_activity.linking import link_request
 from tests.user_activity.conftest import device
 from tests.user_activity.jobs.rows import insert_sessions, insert_views, session_ended_counts
 from tests.user_activity.jobs.support import close_once, closer_worker, wait_for_lock_waiters
@@ -119,7 +119,9 @@ async def test_link_force_close_first_then_the_closer_skips_the_session(
     [(session_id, anonymous_id)] = await _idle_sessions(runtime, 1, user_id=user_a)
     now = runtime.clock.now()
     async with runtime.database.transaction() as linking:
-        outcome = await link_device(linking, anonymous_id, user_b, now, device=DESKTOP)
+        outcome = await link_request(
+            linking, anonymous_id, SignedInCaller(user_b, now), DESKTOP, now
+        )
         # The force-close is done but not committed: the closer must pass the row by.
         during = await close_once(runtime, registry)
     after = await close_once(runtime, CollectorRegistry())
@@ -142,7 +144,9 @@ async def test_the_closer_first_then_link_finds_no_session_to_force_close(
         await wait_for_lock_waiters(runtime, 1)
         # Link waits on the session the closer holds.
         linking = asyncio.create_task(
-            operations.link(runtime.database, anonymous_id, user_b, DESKTOP, now)
+            operations.link(
+                runtime.database, anonymous_id, SignedInCaller(user_b, now), DESKTOP, now
+            )
         )
         await wait_for_lock_waiters(runtime, 2)
     result = await closing
@@ -165,7 +169,8 @@ async def test_many_links_racing_the_closer_end_every_session_exactly_once(
     worker = closer_worker(runtime, registry, batch_size=5, database=closer_database)
 
     async def link(anonymous_id: uuid.UUID) -> bool:
-        outcome = await operations.link(runtime.database, anonymous_id, user_b, DESKTOP, now)
+        caller = SignedInCaller(user_b, now)
+        outcome = await operations.link(runtime.database, anonymous_id, caller, DESKTOP, now)
         return outcome.switched
 
     links_done = asyncio.Event()

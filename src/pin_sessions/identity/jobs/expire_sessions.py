@@ -16,22 +16,30 @@ a failed phase is logged and counted while the other still runs; ``stop`` and
 ``max_run_duration`` are read between chunks, and each phase gets at least one chunk
 per run, so a huge refresh backlog cannot starve SICR.
 
-Seed 000's metrics are single series, without a phase label. A run ends by counting what
+Seed 000's SLO is observable per phase: each flipped row's lag (the flip's time less its
+``expires_at``) goes into ``identity_expire_sessions_flip_lag_seconds{phase}``, and each
+run sets ``identity_expire_sessions_oldest_overdue_seconds{phase}``, the run's ``now`` less
+the oldest ``expires_at`` still under the guard (0 when none), read as the first entry of
+the phase's partial index. The alerts compare both with the polling interval.
+
+Seed 000's own metrics are single series, without a phase label. A run ends by counting what
 is left: a phase that was skipped by a stop or failed is counted afresh then (a cheap
 index count), so ``backlogRemaining`` and the backlog gauge always cover both phases.
 Should even that count fail (the database is gone), a failed phase falls back to its
 backlog minus what it expired, and a phase never counted makes the run's total unknown:
 ``backlogRemaining`` is null and the gauge keeps the last full measurement, since half a
-sum would look like a shrinking backlog. The run span itself (opened by the worker) gets
-the run's ``expiredCount``, both phases together.
+sum would look like a shrinking backlog. The oldest overdue row is read with each count;
+a phase whose read failed keeps its last gauge value. The run span itself (opened by the
+worker) gets the run's ``expiredCount``, both phases together.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -45,14 +53,12 @@ from pin_sessions.platform.jobs import (
     JobRun,
     KeysetCursor,
     PhaseOutcome,
-    command_row_count,
     lock_timeout_text,
 )
 from pin_sessions.settings import ExpireSessionsSettings
 
 if TYPE_CHECKING:
     import uuid
-    from datetime import datetime
 
     from pin_sessions.platform.database import Connection, Database
 
@@ -60,12 +66,16 @@ log = structlog.get_logger(__name__)
 
 REFRESH = "refresh"
 SICR = "sicr"
+# Seconds from expires_at to the flip. The SLO's bound is PollingInterval + the update's
+# time (5-6 min by default), its alert's 2 x PollingInterval: both fall on a bound.
+FLIP_LAG_BUCKETS = (1, 10, 30, 60, 120, 180, 300, 360, 600, 900, 1800, 3600, 21600, 86400)
 
 
 @dataclass(frozen=True)
 class ExpiryPhase:
     name: str
     count_sql: str
+    oldest_sql: str
     expire_sql: str
     expire_chunk_sql: str
 
@@ -74,25 +84,34 @@ PHASES = (
     ExpiryPhase(
         REFRESH,
         sql.COUNT_EXPIRED_REFRESH_SESSIONS,
+        sql.OLDEST_EXPIRED_REFRESH_SESSION,
         sql.EXPIRE_REFRESH_SESSIONS,
         sql.EXPIRE_REFRESH_SESSIONS_CHUNK,
     ),
-    ExpiryPhase(SICR, sql.COUNT_EXPIRED_SICR, sql.EXPIRE_SICR, sql.EXPIRE_SICR_CHUNK),
+    ExpiryPhase(
+        SICR,
+        sql.COUNT_EXPIRED_SICR,
+        sql.OLDEST_EXPIRED_SICR,
+        sql.EXPIRE_SICR,
+        sql.EXPIRE_SICR_CHUNK,
+    ),
 )
 
 
 @dataclass(frozen=True)
 class ExpireSessionsMetrics:
-    """Seed 000's metric names, each a single series."""
+    """Seed 000's metric names, each a single series; its SLO's two, by phase."""
 
     expired: dict[str, Counter]
     run_duration_ms: Histogram
     backlog: Gauge
     errors: Counter
+    oldest_overdue: Gauge
+    flip_lag: Histogram
 
     @classmethod
     def register(cls, registry: CollectorRegistry) -> ExpireSessionsMetrics:
-        return cls(
+        metrics = cls(
             expired={
                 REFRESH: Counter(
                     "identity_expire_sessions_refresh_expired_total",
@@ -122,7 +141,25 @@ class ExpireSessionsMetrics:
                 "Failed phases (lock timeout, lost connection, ...)",
                 registry=registry,
             ),
+            oldest_overdue=Gauge(
+                "identity_expire_sessions_oldest_overdue_seconds",
+                "The last run's now less the oldest expires_at still Active (refresh) or "
+                "Pending (sicr); 0 when none is past it",
+                ["phase"],
+                registry=registry,
+            ),
+            flip_lag=Histogram(
+                "identity_expire_sessions_flip_lag_seconds",
+                "Seconds from each flipped row's expires_at to its flip to Expired",
+                ["phase"],
+                registry=registry,
+                buckets=FLIP_LAG_BUCKETS,
+            ),
         )
+        for phase in PHASES:
+            # Every phase's series exists from the start, so a rate or an absence is real.
+            metrics.flip_lag.labels(phase.name)
+        return metrics
 
 
 @dataclass(kw_only=True)
@@ -131,6 +168,8 @@ class ExpiryOutcome(PhaseOutcome):
 
     expired: int = 0
     remaining: int | None = None
+    # Seconds; None when it could not be read.
+    oldest_overdue: float | None = None
     chunks: int = 0
     longest_statement_ms: float = 0.0
 
@@ -194,6 +233,9 @@ class ExpireSessionsJob:
         result = ExpireSessionsResult(
             run.id, outcomes[REFRESH], outcomes[SICR], duration_ms=run.elapsed_ms()
         )
+        for name, outcome in outcomes.items():
+            if outcome.oldest_overdue is not None:
+                self.metrics.oldest_overdue.labels(name).set(outcome.oldest_overdue)
         self.metrics.run_duration_ms.observe(result.duration_ms)
         if result.backlog_remaining is not None:
             self.metrics.backlog.set(result.backlog_remaining)
@@ -213,9 +255,9 @@ class ExpireSessionsJob:
                 await self._expire_in_chunks(conn, phase, now, run, outcome)
             elif backlog > 0:
                 started = time.monotonic()
-                flipped = command_row_count(await conn.execute(phase.expire_sql, now))
-                self._record(outcome, flipped, started)
-            outcome.remaining = await conn.fetchval(phase.count_sql, now)
+                expired = await conn.fetchval(phase.expire_sql, now)
+                self._record(outcome, expired or (), started, run.now())
+            await _measure(conn, phase, now, outcome)
 
     async def _expire_in_chunks(
         self,
@@ -230,13 +272,24 @@ class ExpireSessionsJob:
         async def chunk() -> int:
             started = time.monotonic()
             flipped = await cursor.next(conn, self.options.batch_size)
-            self._record(outcome, flipped, started)
+            self._record(outcome, cursor.row["expired"] or (), started, run.now())
             return flipped
 
         await run.batches(self.options, chunk)
 
-    def _record(self, outcome: ExpiryOutcome, flipped: int, started: float) -> None:
-        """Count a committed statement (each is its own transaction) before the next runs."""
+    def _record(
+        self,
+        outcome: ExpiryOutcome,
+        expired: Sequence[datetime],
+        started: float,
+        flipped_at: datetime,
+    ) -> None:
+        """Count a committed statement (each is its own transaction) before the next runs:
+        its rows, ``expired`` (their ``expires_at``), flipped at ``flipped_at``."""
+        flipped = len(expired)
+        lag = self.metrics.flip_lag.labels(outcome.phase)
+        for expires_at in expired:
+            lag.observe((flipped_at - expires_at).total_seconds())
         outcome.chunks += 1
         outcome.expired += flipped
         if outcome.remaining is not None:
@@ -249,11 +302,20 @@ class ExpireSessionsJob:
         """What a skipped or failed phase left; its estimate (if any) stays when this fails."""
         try:
             async with self.database.connection() as conn:
-                outcome.remaining = await conn.fetchval(phase.count_sql, now)
+                await _measure(conn, phase, now, outcome)
         except Exception as exc:
             log.warning(
                 "backlog not counted", phase=phase.name, exception=f"{type(exc).__name__}: {exc}"
             )
+
+
+async def _measure(
+    conn: Connection, phase: ExpiryPhase, now: datetime, outcome: ExpiryOutcome
+) -> None:
+    """What the phase leaves at ``now``: how many rows, how long past expiry the oldest is."""
+    outcome.remaining = await conn.fetchval(phase.count_sql, now)
+    oldest: datetime | None = await conn.fetchval(phase.oldest_sql, now)
+    outcome.oldest_overdue = 0.0 if oldest is None else (now - oldest).total_seconds()
 
 
 @asynccontextmanager

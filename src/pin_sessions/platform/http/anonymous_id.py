@@ -3,7 +3,8 @@
 One rule, one parser and one pair of errors for both: a device id is a UUID other than
 the nil UUID, which no device is ever issued and which every buggy client would share.
 Routes declare ``OptionalDevice`` or ``RequiredDevice``; the header is read by hand, so a
-missing or bad one is a 400 with its stable code, never FastAPI's 422.
+missing or bad one is a 400 with its stable code, never FastAPI's 422 (and, read as one
+value, its surrounding whitespace is trimmed and a second one is a 400: ``headers``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from pin_sessions.platform.errors import AppError
+from pin_sessions.platform.http.headers import single_header
 
 ANONYMOUS_ID_HEADER = "X-Anonymous-Id"
 NIL_UUID = uuid.UUID(int=0)
@@ -50,8 +52,8 @@ def device_id(text: str, *, where: str = ANONYMOUS_ID_HEADER) -> uuid.UUID:
 
 # Dependencies are coroutines: FastAPI would run a plain function in a worker thread.
 async def optional_device(request: Request) -> uuid.UUID | None:
-    """The caller's device, when it named one."""
-    text = request.headers.get(ANONYMOUS_ID_HEADER)
+    """The caller's device, when it named one (once: a second header is a 400)."""
+    text = single_header(request, ANONYMOUS_ID_HEADER)
     return None if text is None else device_id(text)
 
 

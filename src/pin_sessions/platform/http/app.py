@@ -15,7 +15,7 @@ from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.docs import install_offline_docs
 from pin_sessions.platform.http.fast_path import FastPath, ServiceApp
 from pin_sessions.platform.http.head import HeadAsGet
-from pin_sessions.platform.http.health import Readiness
+from pin_sessions.platform.http.health import Readiness, metrics_router
 from pin_sessions.platform.http.health import router as health_router
 from pin_sessions.platform.http.middleware import QUIET_PATHS, RequestContextMiddleware
 from pin_sessions.platform.http.openapi import install_problem_schema
@@ -23,6 +23,7 @@ from pin_sessions.platform.http.problems import install_problem_handlers
 from pin_sessions.platform.metrics import HttpMetrics
 from pin_sessions.platform.runtime import Runtime
 
+OPENAPI_PATH = "/openapi.json"
 # A middleware class and its options, as ``add_middleware`` takes them.
 Layer = tuple[Callable[..., ASGIApp], dict[str, Any]]
 
@@ -36,7 +37,8 @@ def create_http_app(
     quiet_paths: Iterable[str] = (),
     fast_routes: Sequence[APIRoute] = (),
 ) -> ServiceApp:
-    """An app whose lifespan opens and closes the runtime's database pool.
+    """An app whose lifespan opens and closes the runtime's database pool, and starts and
+    stops the refreshing of the copies ``services`` keeps (``platform.refreshed``).
 
     ``services`` (and each entry of ``state``) is put on ``app.state`` for the routes'
     dependencies. Successful requests to ``quiet_paths`` are counted in metrics but not
@@ -53,17 +55,23 @@ def create_http_app(
         owns_pool = not runtime.database.is_open
         await runtime.database.open()
         try:
+            for copy in services.refreshed:
+                copy.start()
             yield
         finally:
+            for copy in services.refreshed:
+                await copy.close()
             if owns_pool:
                 await runtime.database.close()
 
     quiet = QUIET_PATHS | frozenset(quiet_paths)
+    settings = runtime.settings
     app = ServiceApp(
         title="PIN Sessions",
         version="1",
         lifespan=lifespan,
-        openapi_url="/openapi.json",
+        # SPEC §11: in prod the API's map only when PIN_HTTP__DOCS=1 says so.
+        openapi_url=OPENAPI_PATH if settings.serves_docs else None,
         docs_url=None,  # install_offline_docs: FastAPI's page would fetch Swagger UI from a CDN
         redoc_url=None,
         # FastAPI's own OpenTelemetry: request spans, but neither its metrics nor its logs
@@ -83,8 +91,11 @@ def create_http_app(
         setattr(app.state, name, value)
     install_problem_handlers(app)
     install_problem_schema(app)
-    install_offline_docs(app, openapi_url="/openapi.json")
+    if settings.serves_docs:
+        install_offline_docs(app, openapi_url=OPENAPI_PATH)
     app.include_router(health_router)
+    if settings.serves_metrics_on_api_port:
+        app.include_router(metrics_router)
     for router in routers:
         app.include_router(router)
     # The middleware added last runs first: the request layers, then HEAD as GET. The

@@ -24,6 +24,13 @@ from pin_sessions.platform.auth import (
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.http.client_address import Network, request_client_ip
+from pin_sessions.platform.http.security_schemes import (
+    OPTIONAL_USER,
+    USER,
+    Requirement,
+    requires,
+)
+from pin_sessions.platform.refreshed import Refreshing
 
 T = TypeVar("T")
 
@@ -37,6 +44,9 @@ class HttpServices:
     authenticator: Authenticator
     # Peers whose X-Forwarded-For is believed (PIN_TRUSTED_PROXIES).
     trusted_proxies: tuple[Network, ...] = ()
+    # Copies of database state the routes read (keys, client status): the app starts
+    # refreshing them when it starts and stops with it.
+    refreshed: tuple[Refreshing, ...] = ()
 
 
 def state(request: Request, name: str, kind: type[T]) -> T:
@@ -64,15 +74,18 @@ async def _client_ip(request: Request) -> str | None:
     return request_client_ip(request, services(request).trusted_proxies)
 
 
+@requires(OPTIONAL_USER)
 async def optional_user(request: Request) -> UserPrincipal | None:
     """A guest (None) or a signed-in user; bad or non-user credentials are a 401."""
     return await services(request).authenticator.optional_user(request)
 
 
+@requires(USER)
 async def _current_user(request: Request) -> UserPrincipal:
     return await services(request).authenticator.user(request)
 
 
+@requires(USER)
 async def _claimed_user(request: Request) -> UserPrincipal:
     """The user a valid token names, whether or not its session is still live."""
     principal = await services(request).authenticator.claimed_user(request)
@@ -100,6 +113,7 @@ async def live_user(request: Request) -> UserPrincipal:
 def permission_required(permission: str) -> Any:
     """For ``dependencies=[...]``: a signed-in user holding ``permission``."""
 
+    @requires(USER)
     async def check(request: Request) -> UserPrincipal:
         return await services(request).authenticator.user(request, permission)
 
@@ -109,6 +123,7 @@ def permission_required(permission: str) -> Any:
 def scope_required(*any_of_scopes: str) -> Any:
     """For ``dependencies=[...]``: a service holding one of ``any_of_scopes``."""
 
+    @requires(Requirement(scopes=any_of_scopes))
     async def check(request: Request) -> MachinePrincipal:
         return await services(request).authenticator.machine(request, *any_of_scopes)
 

@@ -1,4 +1,8 @@
-"""Liveness, readiness and the Prometheus endpoint."""
+"""Liveness, readiness and the Prometheus endpoint.
+
+``/metrics`` is a router of its own: outside prod it is served beside the API; in prod only
+on the metrics port, never where the API's clients reach (SPEC §11).
+"""
 
 from __future__ import annotations
 
@@ -75,7 +79,10 @@ async def readyz(request: Request, database: DatabaseDep) -> Response:
     return JSONResponse({"status": "ready"})
 
 
-@router.get(
+metrics_router = APIRouter(tags=["operations"])
+
+
+@metrics_router.get(
     "/metrics",
     summary="Prometheus metrics",
     response_class=Response,

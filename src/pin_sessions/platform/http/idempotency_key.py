@@ -1,10 +1,11 @@
 """``Idempotency-Key`` (IETF httpapi draft "The Idempotency-Key HTTP Header Field"), SPEC §8.
 
 The header's rule lives here, once: 1 to 64 printable ASCII characters. Leading and
-trailing spaces are not part of a header value on the wire, so a key neither starts nor ends
-with one. Routes declare ``IdempotencyKey``; a bad value is a 400 with a stable code. What a
-key means — a repeat records nothing new and gets the first answer — is the route's context's
-business (``user_activity.idempotency``).
+trailing spaces are not part of a header value on the wire (they are trimmed, as for every
+header read as one value: ``headers``), so a key neither starts nor ends with one; the
+header given twice is a 400 ``DUPLICATE_HEADER``. Routes declare ``IdempotencyKey``; a bad
+value is a 400 with a stable code. What a key means — a repeat records nothing new and gets
+the first answer — is the route's context's business (``user_activity.idempotency``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from pin_sessions.platform.errors import AppError
+from pin_sessions.platform.http.headers import single_header
 
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 64
@@ -30,7 +32,7 @@ class IdempotencyKeyInvalid(AppError):
 
 async def idempotency_key(request: Request) -> str | None:
     """The caller's key, when it sent one."""
-    text = request.headers.get(IDEMPOTENCY_KEY_HEADER)
+    text = single_header(request, IDEMPOTENCY_KEY_HEADER)
     if text is None:
         return None
     if not _KEY.fullmatch(text):

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 
 import structlog
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pin_sessions.platform.errors import AppError
@@ -80,6 +80,10 @@ class RequestContextMiddleware:
             if not (reader.cancelled_the_request and task is not None and task.uncancel() == 0):
                 raise
             # Nobody is waiting for the answer: its work, a query included, is abandoned.
+            status = CLIENT_CLOSED_REQUEST
+        except ClientDisconnect:
+            # The body stopped short, read in step (the connection closed: by the client,
+            # or by the server's read timeout): nobody to answer, and no error of ours.
             status = CLIENT_CLOSED_REQUEST
         except Exception as exc:
             log.exception("unhandled error", errorType=type(exc).__name__)

@@ -9,27 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from pin_sessions.platform.messaging.envelope import (
     MalformedMessage,
     Message,
     from_kafka_record,
 )
+from pin_sessions.platform.messaging.kafka_admin import ClientErrors, TopicPolicy, ensure_topics
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.runner import ConsumerRunner
-from pin_sessions.platform.process import wait_or_stop
+from pin_sessions.platform.process import RoleCannotRun, wait_or_stop
 
 log = structlog.get_logger(__name__)
-
-PARTITIONS = 6  # SPEC §6: every topic
-ADMIN_TIMEOUT_SECONDS = 10.0
 
 
 class ClientOptionsRejected(ValueError):
@@ -92,25 +89,6 @@ def consumer_config(
     }
 
 
-def ensure_topics(admin: AdminClient, topics: Iterable[str]) -> None:
-    """Create the missing ones with 6 partitions; a topic another relay just made is fine."""
-    existing = set(admin.list_topics(timeout=ADMIN_TIMEOUT_SECONDS).topics)
-    missing = [topic for topic in topics if topic not in existing]
-    if not missing:
-        return
-    futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=-1) for topic in missing],
-        operation_timeout=ADMIN_TIMEOUT_SECONDS,
-    )
-    for topic, future in futures.items():
-        try:
-            future.result()
-            log.info("topic created", topic=topic, partitions=PARTITIONS)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-
-
 class KafkaConsumer:
     """Role: feeds one handler from its topic, in a consumer group named after it."""
 
@@ -124,14 +102,20 @@ class KafkaConsumer:
         poll_seconds: float = 0.2,
         session_timeout_ms: int = 10_000,
         options: Mapping[str, str] | None = None,
+        topic_policy: TopicPolicy | None = None,
     ) -> None:
         self.name = f"consume.{runner.consumer}"
         self._runner = runner
         options = options or {}
-        self._config = consumer_config(
-            bootstrap_servers, options, runner.consumer, session_timeout_ms=session_timeout_ms
-        )
-        self._admin = AdminClient(admin_config(bootstrap_servers, options))
+        self._errors = ClientErrors(self.name, options)
+        self._config = {
+            **consumer_config(
+                bootstrap_servers, options, runner.consumer, session_timeout_ms=session_timeout_ms
+            ),
+            "error_cb": self._errors,
+        }
+        self._admin = AdminClient(admin_config(bootstrap_servers, options), error_cb=self._errors)
+        self._topic_policy = topic_policy or TopicPolicy()
         self._metrics = metrics
         self._batch_size = batch_size
         self._poll_seconds = poll_seconds
@@ -142,24 +126,41 @@ class KafkaConsumer:
         while not stop.is_set():
             client = Consumer(self._config)
             try:
-                # Subscribing to a topic that does not exist yet leaves the member without
-                # partitions until a metadata refresh; creating it first avoids the wait.
-                await asyncio.to_thread(ensure_topics, self._admin, [self._runner.handler.topic])
-                client.subscribe([self._runner.handler.topic])
-                while not stop.is_set():
-                    await self.run_once(client)
-                    backoff = 0.5
+                if await self._topic_exists():
+                    client.subscribe([self._runner.handler.topic])
+                    while not stop.is_set():
+                        await self.run_once(client)
+                        backoff = 0.5
+            except RoleCannotRun:
+                raise
             except Exception as exc:
                 log.warning("consumer pass failed, reconnecting", error=str(exc), retryIn=backoff)
-                await wait_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+                self._admin.poll(0)  # serves error_cb: a refusal stops the role, not a retry
+                self._errors.raise_if_refused()
             finally:
                 await asyncio.to_thread(client.close)
+            await wait_or_stop(stop, backoff)
+            backoff = min(backoff * 2, 5.0)
         log.info("consumer stopped", consumer=self._runner.consumer)
+
+    async def _topic_exists(self) -> bool:
+        """Subscribing to a topic that does not exist yet leaves the member without partitions
+        until a metadata refresh (minutes); so the topic is made first, or, when this principal
+        may only read it, awaited until the relay makes it."""
+        topic = self._runner.handler.topic
+        not_allowed = await asyncio.to_thread(
+            ensure_topics, self._admin, [topic], self._topic_policy
+        )
+        if not_allowed:
+            log.info("waiting for the topic", consumer=self._runner.consumer, topic=topic)
+        return not not_allowed
 
     async def run_once(self, client: Consumer) -> int:
         """Apply one polled batch and commit its offsets; returns how many records it held."""
         records = await asyncio.to_thread(client.consume, self._batch_size, self._poll_seconds)
+        self._errors.raise_if_refused()
+        if records and (errors := self._errors.take_seen()):
+            log.info("consumer receiving again", consumer=self.name, clientErrors=errors)
         messages: list[Message] = []
         next_offsets: dict[tuple[str, int], int] = {}
         for record in records:

@@ -9,7 +9,7 @@ from datetime import datetime
 import structlog
 
 from pin_sessions.platform.clock import Clock
-from pin_sessions.platform.process import wait_or_stop
+from pin_sessions.platform.process import RoleCannotRun, wait_or_stop
 
 log = structlog.get_logger(__name__)
 
@@ -26,17 +26,25 @@ async def run_passes(
     """Call ``run_once(now)`` until ``stop``; it returns True when more work is already waiting.
 
     A failed pass is logged and retried with a doubling delay, so a broker or database that is
-    away is polled gently and the role carries on once it is back.
+    away is polled gently and the role carries on once it is back (logged once, with how many
+    passes failed). :class:`RoleCannotRun` is not retried: it stops the role.
     """
     backoff = idle_seconds
+    failures = 0
     while not stop.is_set():
         try:
             more = await run_once(clock.now())
+        except RoleCannotRun:
+            raise
         except Exception as exc:
+            failures += 1
             backoff = min(max(backoff * 2, idle_seconds), max_backoff_seconds)
             log.warning("pass failed, retrying", role=role, error=str(exc), retryIn=backoff)
             await wait_or_stop(stop, backoff)
             continue
+        if failures:
+            log.info("pass succeeded again", role=role, failedPasses=failures)
+            failures = 0
         backoff = idle_seconds
         if not more:
             await wait_or_stop(stop, idle_seconds)

@@ -26,7 +26,13 @@ from opentelemetry.trace import Span, Tracer
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.messaging.envelope import Message, from_outbox_row
-from pin_sessions.platform.messaging.kafka import admin_config, ensure_topics, producer_config
+from pin_sessions.platform.messaging.kafka import admin_config, producer_config
+from pin_sessions.platform.messaging.kafka_admin import (
+    ClientErrors,
+    TopicPolicy,
+    ensure_topics,
+    missing_topic_refusal,
+)
 from pin_sessions.platform.messaging.loop import run_passes
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.tracing import end_publish_span, publish_span, record_headers
@@ -91,15 +97,23 @@ class OutboxRelay:
         message_timeout_ms: int = 10_000,
         tracer: Tracer | None = None,
         options: Mapping[str, str] | None = None,
+        topic_policy: TopicPolicy | None = None,
     ) -> None:
         self._database = database
         self._clock = clock
         self._metrics = metrics
-        options = options or {}
-        self._config = producer_config(
-            bootstrap_servers, options, message_timeout_ms=message_timeout_ms
+        self._options = options or {}
+        self._errors = ClientErrors(self.name, self._options)
+        self._config = {
+            **producer_config(
+                bootstrap_servers, self._options, message_timeout_ms=message_timeout_ms
+            ),
+            "error_cb": self._errors,
+        }
+        self._admin = AdminClient(
+            admin_config(bootstrap_servers, self._options), error_cb=self._errors
         )
-        self._admin = AdminClient(admin_config(bootstrap_servers, options))
+        self._topic_policy = topic_policy or TopicPolicy()
         self._producer: Producer | None = None
         self._known_topics: set[str] = set()
         self._batch_size = batch_size
@@ -152,7 +166,15 @@ class OutboxRelay:
         """Send and wait for every report: (acknowledged positions, failures, last error)."""
         new_topics = {message.topic for _, message in messages} - self._known_topics
         if new_topics:
-            await asyncio.to_thread(ensure_topics, self._admin, new_topics)
+            try:
+                not_allowed = await asyncio.to_thread(
+                    ensure_topics, self._admin, new_topics, self._topic_policy
+                )
+            finally:
+                self._admin.poll(0)  # serves error_cb: a refusal stops the role, not a retry
+                self._errors.raise_if_refused()
+            if not_allowed:
+                raise missing_topic_refusal(not_allowed, self._options)
             self._known_topics |= new_topics
         producer = self._ensure_producer()
         reports: dict[int, KafkaError | None] = {}
@@ -171,6 +193,7 @@ class OutboxRelay:
         # message.timeout.ms bounds the whole wait, since every message then gets a report.
         while len(reports) < len(messages):
             await asyncio.to_thread(producer.flush, 0.2)
+            self._errors.raise_if_refused()
         acked: list[int] = []
         failures = 0
         last_error: KafkaError | None = None

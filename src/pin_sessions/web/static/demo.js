@@ -27,21 +27,57 @@ const tracker = createTracker(options);
 window.pinTracker = tracker;
 
 const $ = (id) => document.getElementById(id);
+// Why nothing is recorded, for each status of the tracker but "tracking".
+const NOT_TRACKING = {
+  "opted-out": "Opted out: this browser sends nothing and keeps no id. Opt in to be tracked again.",
+  "do-not-track": "Not tracking: this browser asks sites not to track it (Do Not Track).",
+  "no-consent": "Not tracking: no consent was given.",
+  stopped: "Not tracking: this device was forgotten. Reload the page to start a new session.",
+};
+let viewing = null; // the property shown as open; only ever while the tracker records
 
+function savedTokens() {
+  try {
+    return JSON.parse(sessionStorage.getItem(TOKENS_KEY));
+  } catch {
+    return null;
+  }
+}
+
+/** Everything on the page follows from the tracker and the tokens, so no two parts disagree. */
 function showState() {
   const stats = tracker.stats;
+  const tracking = tracker.status === "tracking";
+  if (!tracking) viewing = null; // an opt-out or a forget ended it
+  if (saidWhile !== null && saidWhile !== tracker.status) say("");
   $("anonymous-id").textContent = tracker.anonymousId ?? "–";
   $("session-id").textContent = tracker.sessionId ?? "–";
-  $("user-id").textContent = tracker.userId ?? "guest";
+  $("user-id").textContent = tracking ? (tracker.userId ?? "guest") : "–";
   $("heartbeats").textContent = String(stats.heartbeats);
   $("pending").textContent = String(stats.pending);
   $("network").textContent = navigator.onLine ? "online" : "offline";
   $("tracking").textContent = tracker.status;
+  $("tracking-note").textContent = NOT_TRACKING[tracker.status] ?? "";
+  $("tracking-note").hidden = tracking;
   $("opt-out").hidden = tracker.status === "opted-out";
   $("opt-in").hidden = tracker.status !== "opted-out";
-  const signedIn = sessionStorage.getItem(TOKENS_KEY) !== null;
-  $("sign-in-forms").hidden = signedIn;
-  $("sign-out").hidden = !signedIn;
+  $("viewing").textContent = viewing
+    ? `Viewing ${viewing}.`
+    : tracking
+      ? "Not viewing a property."
+      : "Nothing is recorded while this browser is not tracked.";
+  const tokens = savedTokens();
+  $("sign-in-forms").hidden = tokens !== null;
+  $("sign-out").hidden = tokens === null;
+  $("signed-in-as").hidden = tokens === null;
+  if (tokens) $("signed-in-as").textContent = `Signed in as user ${tokens.userId}; ${linkState(tokens, tracking)}.`;
+}
+
+function linkState(tokens, tracking) {
+  if (!tracking) return "this browser is not tracked, so no session is linked";
+  return tracker.userId === tokens.userId
+    ? "this device's session is linked to you"
+    : "this device's session is not linked to you";
 }
 
 function renderProperties() {
@@ -51,7 +87,8 @@ function renderProperties() {
     open.dataset.property = property.id;
     open.addEventListener("click", () => {
       tracker.viewStart(property.id);
-      $("viewing").textContent = `Viewing ${property.name}.`;
+      if (tracker.status === "tracking") viewing = property.name;
+      showState();
     });
     const favourite = document.createElement("button");
     favourite.textContent = `★ ${property.name}`;
@@ -66,14 +103,20 @@ function renderProperties() {
   close.id = "close-view";
   close.addEventListener("click", () => {
     tracker.viewEnd();
-    $("viewing").textContent = "Not viewing a property.";
+    viewing = null;
+    showState();
   });
   $("properties").append(close);
 }
 
+// The tracker's status when the status line was written: a message about one state is
+// cleared once another tab (or anything else) moves the tracker to another.
+let saidWhile = null;
+
 function say(message, { error = false } = {}) {
   $("status").textContent = message;
   $("status").classList.toggle("error", error);
+  saidWhile = tracker.status;
 }
 
 function mountDemoSignIn() {
@@ -86,27 +129,54 @@ function mountDemoSignIn() {
     },
     onSignedIn: async (tokens) => {
       sessionStorage.setItem(TOKENS_KEY, JSON.stringify(tokens));
-      const linked = await tracker.link(tokens.accessToken);
-      say(linked ? "Signed in; the session is linked." : "Signed in, not linked.");
+      say(`Signed in; ${await linkDevice(tokens)}.`);
       showState();
     },
   });
 }
 
+/** Link this device's session to the signed-in user; says what became of it. */
+async function linkDevice(tokens) {
+  if (tracker.status !== "tracking") return "this browser is not tracked, so no session is linked";
+  const linked = await tracker.link(tokens.accessToken);
+  return linked ? "this device's session is linked to you" : "this device's session could not be linked";
+}
+
 async function signOut() {
-  const tokens = JSON.parse(sessionStorage.getItem(TOKENS_KEY) ?? "null");
+  const tokens = savedTokens();
   sessionStorage.removeItem(TOKENS_KEY);
   if (tokens) await logout(tokens.accessToken).catch(() => {});
+  const tracking = tracker.status === "tracking";
   await tracker.reset();
-  say("Signed out; a new guest session started.");
+  say(tracking ? "Signed out; a new guest session started." : "Signed out.");
+  showState();
+}
+
+function optOut() {
+  tracker.optOut();
+  say("Opted out: nothing more is sent, and this browser's ids are gone.");
+  showState();
+}
+
+async function optIn() {
+  tracker.optIn();
+  await tracker.start();
+  const tokens = savedTokens();
+  say(tokens ? `Opted in: a new session started; ${await linkDevice(tokens)}.` : "Opted in: a new guest session started.");
+  showState();
+}
+
+function forget() {
+  tracker.forget();
+  say("This device is forgotten: its ids and anything queued are gone.");
   showState();
 }
 
 mountDemoSignIn();
 $("sign-out").addEventListener("click", signOut);
-$("opt-out").addEventListener("click", () => tracker.optOut());
-$("opt-in").addEventListener("click", () => tracker.optIn());
-$("forget").addEventListener("click", () => tracker.forget());
+$("opt-out").addEventListener("click", optOut);
+$("opt-in").addEventListener("click", optIn);
+$("forget").addEventListener("click", forget);
 renderProperties();
 showState();
 tracker.start().then(showState);

@@ -42,6 +42,13 @@ function saveTokens(tokens) {
 
 const isoDay = (date) => date.toISOString().slice(0, 10);
 
+/** Today's UTC day, on the page from the start (the note says which day "today" is). */
+function showToday() {
+  const today = isoDay(new Date());
+  $("utc-today").textContent = today;
+  return today;
+}
+
 function defaultRange() {
   const today = new Date();
   $("from").value = params.get("from") ?? isoDay(new Date(today.getTime() - 13 * DAY_MS));
@@ -69,12 +76,15 @@ async function fetchSummary(tokens) {
   return { ...summary, openSessions: open.openSessions };
 }
 
-async function load() {
+/** Read the summary with the saved tokens (refreshed when `refresh` or when expired). */
+async function load({ refresh = false } = {}) {
   let tokens = savedTokens();
   if (!tokens) return showSignIn();
+  if ($("dashboard").hidden) say("Loading the sessions…");
   try {
     let summary;
     try {
+      if (refresh) throw new ApiError(401, null); // a new token carries new permissions
       summary = await fetchSummary(tokens);
     } catch (error) {
       // Access tokens live 15 minutes; the refresh token gets a new one.
@@ -91,28 +101,36 @@ async function load() {
       saveTokens(null);
       return showSignIn("Your session ended; sign in again.");
     }
-    if (error instanceof ApiError && error.status === 403) {
-      return say("This user lacks the dev-stats.view permission. An operator grants it with " +
-        "`pin-sessions users grant`; then sign out and in again.", { error: true });
-    }
+    if (error instanceof ApiError && error.status === 403) return showNoPermission();
     say(error.message, { error: true });
   } finally {
     clearTimeout(reloadTimer);
-    if (savedTokens() && RELOAD_MS > 0) reloadTimer = setTimeout(load, RELOAD_MS);
+    if (savedTokens() && RELOAD_MS > 0 && !$("dashboard").hidden) {
+      reloadTimer = setTimeout(load, RELOAD_MS);
+    }
   }
 }
 
+/** One panel at a time: the sign-in, the no-permission notice, or the dashboard. */
+function showPanel(panel) {
+  $("sign-in-panel").hidden = panel !== "sign-in";
+  $("no-permission").hidden = panel !== "no-permission";
+  $("range-panel").hidden = panel !== "dashboard";
+  $("dashboard").hidden = panel !== "dashboard";
+}
+
 function showSignIn(message = "") {
-  $("sign-in-panel").hidden = false;
-  $("range-panel").hidden = true;
-  $("dashboard").hidden = true;
+  showPanel("sign-in");
   say(message);
 }
 
+function showNoPermission() {
+  showPanel("no-permission");
+  say("");
+}
+
 function render(summary) {
-  $("sign-in-panel").hidden = true;
-  $("range-panel").hidden = false;
-  $("dashboard").hidden = false;
+  showPanel("dashboard");
   shown = summary;
   $("n-open").textContent = summary.openSessions;
   $("n-sessions").textContent = summary.sessions;
@@ -122,8 +140,7 @@ function render(summary) {
   $("n-p50").textContent = formatDuration(summary.p50DurationSeconds);
   $("n-p90").textContent = formatDuration(summary.p90DurationSeconds);
 
-  const today = isoDay(new Date());
-  $("utc-today").textContent = today;
+  const today = showToday();
   const byDay = new Map((summary.byDay ?? []).map((row) => [dayOf(row), row]));
   const rows = rangeDays();
   stackedBars(
@@ -223,6 +240,8 @@ $("range-form").addEventListener("submit", (event) => {
   load();
 });
 $("sign-out").addEventListener("click", signOut);
+$("sign-out-denied").addEventListener("click", signOut);
+$("check-again").addEventListener("click", () => load({ refresh: true }));
 $("export-csv").addEventListener("click", exportCsv);
 // Charts are drawn at the size they take on screen: redraw when that changes (a phone turned).
 let resizeTimer = null;
@@ -231,4 +250,5 @@ window.addEventListener("resize", () => {
   resizeTimer = setTimeout(() => shown && render(shown), 150);
 });
 defaultRange();
+showToday();
 load();

@@ -4,9 +4,8 @@
 // code the user types (or the browser fills in: autocomplete="one-time-code", and the
 // WebOTP API where the browser has it). On a development server (PIN_DEV_CODES=1) the code
 // can also be read from `GET /dev/sign-in-codes/{requestId}`, which the pages offer as a
-// one-click sign-in; that route never exists in prod.
-
-const NIL_UUID = "00000000-0000-0000-0000-000000000000";
+// one-click sign-in; that route never exists in prod. The server says which it is in the
+// page itself (`<body data-dev-codes="true">`), so nothing is probed.
 
 /** An API failure: HTTP status, the problem+json `code`, and `Retry-After` in seconds. */
 export class ApiError extends Error {
@@ -66,15 +65,9 @@ export async function devCode(requestId) {
   }
 }
 
-/** Whether this server shows development codes: its endpoint answers for an unknown request. */
-export async function devCodesAvailable() {
-  try {
-    await requestJson(`/dev/sign-in-codes/${NIL_UUID}`);
-    return true;
-  } catch (error) {
-    // With PIN_DEV_CODES=1 the route says "no such request"; without, the path is not there.
-    return error.code === "IDENTITY_CONFIRMATION_NOT_FOUND";
-  }
+/** Whether this server shows development codes, as it rendered into the page. */
+export function devCodesAvailable() {
+  return document.body.dataset.devCodes === "true";
 }
 
 export function refreshTokens(refreshToken) {
@@ -275,8 +268,6 @@ export function mountSignIn({ say, onSignedIn, anonymousId = async () => null, b
       await confirm(code);
     }),
   );
-  devCodesAvailable().then((available) => {
-    $("sign-in").hidden = !available;
-  });
+  $("sign-in").hidden = !devCodesAvailable();
   showPhoneStep();
 }
