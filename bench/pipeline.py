@@ -76,7 +76,7 @@ def _roles(bus: str, database: Database, broker: KafkaCluster) -> list[Role]:
     if bus == "postgres":
         return [PostgresBusConsumer(runner, database, clock, metrics, batch_size=500)]
     replicas = broker.replication_factor
-    policy = TopicPolicy(replicas, max(replicas - 1, 1))
+    policy = TopicPolicy(replicas)
     return [
         OutboxRelay(database, clock, metrics, broker.bootstrap, topic_policy=policy),
         KafkaConsumer(
