@@ -354,8 +354,15 @@ test("storage that throws leaves the tracker working in memory", async () => {
 
 test("a bad base URL fails quietly and gives up", async () => {
   escaped = 0;
-  // No fakes at all: the runtime's own fetch, which refuses the URL as a browser's does.
+  // The runtime's own fetch, which refuses the URL as a browser's does; a bare window and
+  // document of the test's own, since outside a browser the tracker is inert.
+  const win = new EventTarget();
+  win.navigator = { onLine: true };
+  win.crypto = globalThis.crypto;
+  const doc = new EventTarget();
+  doc.visibilityState = "visible";
   const bad = createTracker({
+    window: win, document: doc, indexedDB: null,
     baseUrl: "http://[not a host", retryBaseMs: 1, retryMaxMs: 2, maxAttempts: 3, autoStart: false,
   });
   made.push(bad);
