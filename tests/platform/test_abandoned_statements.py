@@ -36,6 +36,9 @@ from tests.support.raw_http import RawConnection
 from tests.support.stall import backends_freezer, own_postgres
 from tests.support.waiting import wait_until
 
+# Each test starts a PostgreSQL of its own (a process the marker's reading does not see).
+pytestmark = pytest.mark.e2e
+
 STATEMENT_TIMEOUT = 3.0
 # One call's bound (SPEC §11): the statement timeout and the client's second of grace.
 BOUND = STATEMENT_TIMEOUT + 1.0
