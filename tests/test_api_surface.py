@@ -106,7 +106,7 @@ DECLARED_ERRORS = {
     ("post", "/oauth/token"): {400, 401, 413, 429, 503},
     ("post", "/oauth/introspect"): {400, 401, 413, 429, 503},
     ("get", "/.well-known/jwks.json"): {503},
-    ("get", "/.well-known/oauth-authorization-server"): set(),
+    ("get", "/.well-known/oauth-authorization-server"): {503},
     ("post", "/dev/dev-stats/viewers"): {400, 413, 422, 503},
 }
 ANONYMOUS_ID_READERS = {

@@ -42,6 +42,10 @@ class LiveServer:
         port = self._server.servers[0].sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}"
 
+    def requests_begun(self) -> int:
+        """Requests the server has begun (their headers read) and not yet answered."""
+        return len(self._server.server_state.tasks)
+
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)

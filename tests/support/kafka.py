@@ -233,6 +233,9 @@ class KafkaCluster:
     def node(self, node_id: int) -> KafkaNode:
         return self.nodes[node_id - 1]
 
+    def node_ids(self) -> set[int]:
+        return {node.node_id for node in self.nodes}
+
     def leader_of(self, topic: str, partition: int) -> int:
         metadata = self.admin().list_topics(topic, timeout=10)
         leader: int = metadata.topics[topic].partitions[partition].leader

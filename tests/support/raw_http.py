@@ -47,6 +47,11 @@ class RawConnection:
         self._writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
         await self._writer.drain()
 
+    async def write(self, data: bytes) -> None:
+        """Bytes as they are: a request's head, a part of a body."""
+        self._writer.write(data)
+        await self._writer.drain()
+
     async def response(self) -> RawResponse:
         status_line = await self._reader.readline()
         if not status_line:

@@ -2,7 +2,9 @@
 
 Freezing the shared per-run server would stall every other test, so a stall test starts
 its own (``own_postgres``), migrated, and freezes that one (``frozen``) the way a host
-that stops answering would: connections stay open, nothing comes back.
+that stops answering would: connections stay open, nothing comes back. ``backends_freezer``
+stops single backends instead: a stopped backend's statement neither ends nor
+acknowledges a cancel request, while the postmaster still takes one.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -57,3 +59,20 @@ def frozen(embedded: EmbeddedPostgres) -> Iterator[None]:
     finally:
         for process in processes:
             os.kill(process.pid, signal.SIGCONT)
+
+
+@contextmanager
+def backends_freezer() -> Iterator[Callable[[int], None]]:
+    """``freeze(pid)`` stops one backend (of a test's own server); every one it stopped is
+    let go when the block ends, however it ends."""
+    stopped: list[int] = []
+
+    def freeze(pid: int) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(pid)
+
+    try:
+        yield freeze
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -183,7 +183,7 @@ class Database:
         with translate_driver_errors():
             async with self.pool.acquire(timeout=self._acquire_timeout) as conn:
                 with _closed_when_abandoned(conn):
-                    async with conn.transaction():
+                    async with _transaction(conn):
                         yield conn
 
     @asynccontextmanager
@@ -200,6 +200,34 @@ class Database:
             self._pool = None
 
 
+@asynccontextmanager
+async def _transaction(conn: Connection) -> AsyncIterator[None]:
+    """``conn.transaction()``, except where the server stopped answering.
+
+    A statement past the client-side bound is not rolled back: the rollback would first wait
+    for the statement's cancellation, as long again as the bound, for a server that may
+    never acknowledge it. The connection is closed instead (the server rolls back the
+    transaction of a session that ends), so the caller's 503 comes within one bound.
+    When the rollback of another failure finds the statement's cancellation unacknowledged
+    (a client hung up on a stuck backend), asyncpg closes the connection itself: the
+    failure that made the rollback is the one that leaves, not the rollback's.
+    """
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        yield
+    except TimeoutError:
+        _terminate(conn)
+        raise
+    except BaseException:
+        try:
+            await transaction.rollback()
+        except (TimeoutError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError, OSError):
+            _terminate(conn)
+        raise
+    await transaction.commit()
+
+
 @contextmanager
 def _closed_when_abandoned(conn: Connection) -> Iterator[None]:
     """Close a connection whose statement the client stopped waiting for.
@@ -210,8 +238,19 @@ def _closed_when_abandoned(conn: Connection) -> Iterator[None]:
     try:
         yield
     except TimeoutError:
-        conn.terminate()
+        _terminate(conn)
         raise
+
+
+def _terminate(conn: Connection) -> None:
+    """Close the connection now; done already if asyncpg closed it and gave it back.
+
+    asyncpg closes a connection whose cancellation went unacknowledged within its command
+    timeout and returns it to the pool; the pool's proxy then refuses every call with an
+    ``InterfaceError`` ("released back to the pool"). There is nothing left to close.
+    """
+    with suppress(asyncpg.InterfaceError):
+        conn.terminate()
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp
 
+from pin_sessions.platform.http.admission import Admission
 from pin_sessions.platform.http.cors import CorsMiddleware
 from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.docs import install_offline_docs
@@ -102,18 +103,25 @@ def create_http_app(
     # fast path's endpoints run inside the very same request layers.
     app.add_middleware(HeadAsGet)
     metrics = HttpMetrics.register(runtime.registry)
-    for layer, options in _request_layers(runtime, metrics, quiet, read_ahead=True):
+    # One bound for the process: the fast path's requests and the framework's share it.
+    admission = Admission.register(settings.http.max_concurrent_requests, runtime.registry)
+    for layer, options in _request_layers(runtime, metrics, admission, quiet, read_ahead=True):
         app.add_middleware(layer, **options)
     if fast_routes:
         # A fast route is a short share of work batched for many requests: nothing a
         # client's leaving could stop (receiving.py).
-        fast = _request_layers(runtime, metrics, quiet, read_ahead=False)
+        fast = _request_layers(runtime, metrics, admission, quiet, read_ahead=False)
         app.fast_path = FastPath(fast_routes, layers=lambda endpoints: _wrap(endpoints, fast))
     return app
 
 
 def _request_layers(
-    runtime: Runtime, metrics: HttpMetrics, quiet: frozenset[str], *, read_ahead: bool
+    runtime: Runtime,
+    metrics: HttpMetrics,
+    admission: Admission,
+    quiet: frozenset[str],
+    *,
+    read_ahead: bool,
 ) -> list[Layer]:
     """This app's own middleware around every request, innermost first."""
     layers: list[Layer] = [
@@ -124,6 +132,7 @@ def _request_layers(
                 "max_body_bytes": runtime.settings.http.max_body_bytes,
                 "quiet_paths": quiet,
                 "read_ahead": read_ahead,
+                "admission": admission,
             },
         )
     ]

@@ -5,7 +5,9 @@ nothing it does not use. It is the outermost layer of ours, so it is also where 
 exception no handler knew ends: logged once and answered with a 500 problem, instead
 of escaping to the server, which would log it a second time and drop the keep-alive
 connection. A request whose client went away is cancelled (see ``receiving``) and
-recorded with status 499, nginx's "client closed request".
+recorded with status 499, nginx's "client closed request". It is also where a request is
+admitted to the process's bounded work once it has arrived whole, or answered 503 at once
+(``admission``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pin_sessions.platform.errors import AppError
+from pin_sessions.platform.http.admission import UNBOUNDED_PATHS, Admission, Overloaded
 from pin_sessions.platform.http.problems import problem_response
 from pin_sessions.platform.http.receiving import RequestReader
 from pin_sessions.platform.logging import mask_ip
@@ -34,6 +37,10 @@ QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 CLIENT_CLOSED_REQUEST = 499
 
 
+# The route label of a request turned away before it was routed (``admission``).
+SHED_ROUTE = "shed"
+
+
 class RequestContextMiddleware:
     def __init__(
         self,
@@ -43,8 +50,10 @@ class RequestContextMiddleware:
         max_body_bytes: int,
         quiet_paths: Iterable[str] = (),
         read_ahead: bool = True,
+        admission: Admission | None = None,
     ) -> None:
         self.app = app
+        self.admission = admission
         self.read_ahead = read_ahead
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
@@ -73,7 +82,21 @@ class RequestContextMiddleware:
             await send(message)
 
         reader.start()
+        admitted = False
+        label = None
         try:
+            if self.admission is not None and scope["path"] not in UNBOUNDED_PATHS:
+                await reader.arrived()
+                # A client gone before its request was in takes no place: the app routes
+                # it, is cancelled where it asks for the body, and it counts as 499.
+                if not reader.disconnected:
+                    admitted = self.admission.enter()
+                    if not admitted:
+                        label = SHED_ROUTE
+                        shed = problem_response(Request(scope), Overloaded())
+                        await shed(scope, reader.receive, send_with_id)
+                        return
+            reader.begin()
             await self.app(scope, reader.receive, send_with_id)
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -91,13 +114,15 @@ class RequestContextMiddleware:
                 response = problem_response(Request(scope), AppError)
                 await response(scope, reader.receive, send_with_id)
         finally:
+            if admitted:
+                assert self.admission is not None
+                self.admission.leave()
             reader.stop()
-            self._record(scope, status, time.perf_counter() - started)
+            self._record(scope, status, time.perf_counter() - started, label)
             structlog.contextvars.unbind_contextvars("requestId")
 
-    def _record(self, scope: Scope, status: int, elapsed: float) -> None:
-        route = scope.get("route")
-        template = getattr(route, "path", None) or "unmatched"
+    def _record(self, scope: Scope, status: int, elapsed: float, label: str | None) -> None:
+        template = label or getattr(scope.get("route"), "path", None) or "unmatched"
         method = scope["method"]
         self.metrics.count(method, template, status, elapsed)
         if scope["path"] in self.quiet_paths and status < 400:

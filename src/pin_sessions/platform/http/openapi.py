@@ -2,9 +2,11 @@
 
 Every error this API sends is problem+json (``problems.py``), so routes declare theirs as
 ``responses=problems(400, 401, 422, 503)``: each status refers to the one ``Problem``
-schema under ``application/problem+json``, with the header that status always carries
-(``WWW-Authenticate`` on 401, ``Retry-After`` on 429). Declaring 422 this way also stops
-FastAPI from documenting its own ``HTTPValidationError``, which this API never sends.
+schema under ``application/problem+json``, with the header that status carries
+(``WWW-Authenticate`` on 401, ``Retry-After`` on 429 and, when turned away unstarted, on
+503). Every route but the probes may answer 503 (``admission``): the document says so for
+all. Declaring 422 this way also stops FastAPI from documenting its own
+``HTTPValidationError``, which this API never sends.
 
 Some parameters are read by hand, so a bad value is our 400 with a stable code rather than
 FastAPI's 422 (``X-Anonymous-Id``, ``limit``, dates); routes describe them with
@@ -17,6 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from pin_sessions.platform.http.admission import UNBOUNDED_PATHS
 from pin_sessions.platform.http.problems import PROBLEM_CONTENT_TYPE
 
 PROBLEM_SCHEMA_NAME = "Problem"
@@ -62,7 +65,10 @@ _DESCRIPTIONS = {
     413: "The request body is too large",
     422: "The body or a parameter failed validation",
     429: "Too many requests",
-    503: "The database did not answer in time; retry",
+    503: (
+        "The database did not answer in time, or the process serves its limit of requests "
+        "at once (then with `Retry-After`); retry"
+    ),
 }
 
 _HEADERS: dict[int, dict[str, Any]] = {
@@ -77,6 +83,14 @@ _HEADERS: dict[int, dict[str, Any]] = {
         "Retry-After": {
             "description": "Seconds to wait before asking again",
             "required": True,
+            "schema": {"type": "integer", "minimum": 0},
+        }
+    },
+    503: {
+        "Retry-After": {
+            "description": "Seconds to wait before asking again, when the request was turned "
+            "away unstarted (the process at its limit of requests at once)",
+            "required": False,
             "schema": {"type": "integer", "minimum": 0},
         }
     },
@@ -136,11 +150,15 @@ def install_problem_schema(app: FastAPI) -> None:
 
 
 def _speak_problems(document: dict[str, Any]) -> None:
-    for operations in document.get("paths", {}).values():
+    for path, operations in document.get("paths", {}).items():
         for operation in operations.values():
             responses = operation.get("responses", {})
             if _is_fastapi_422(responses.get("422", {})):
                 del responses["422"]
+            if path not in UNBOUNDED_PATHS:
+                # Any route may be turned away unstarted when the process is at its bound
+                # (admission.py), the ones that never ask the database included.
+                responses.setdefault("503", problems(503)[503])
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     for name in (_FASTAPI_VALIDATION_ERROR, "ValidationError"):
         schemas.pop(name, None)

@@ -16,6 +16,11 @@ them, bounded all the same.
 Bodies are bounded: a declared ``Content-Length`` over the limit is refused before a
 byte is read, a streamed body as soon as it crosses the limit; either way the app's
 ``receive`` raises :class:`~pin_sessions.platform.errors.PayloadTooLarge`.
+
+:meth:`RequestReader.arrived` waits for the request to be in whole (its body read, the client
+gone, or the body over the limit) before the app is given it, so a request is admitted to
+the process's bounded work (``admission``) only once it is the server's to do, never while
+its client trickles it. In step, the body is read there and handed to the app as it asks.
 """
 
 from __future__ import annotations
@@ -43,8 +48,11 @@ class RequestReader:
         self._seen = 0
         self._chunks: deque[Message] = deque()
         self._arrived = asyncio.Event()
+        self._whole = asyncio.Event()
         self._too_large = _declared_length(scope) > max_body_bytes
         self._task = asyncio.current_task()
+        self._begun = False
+        self._cancel_when_asked = False
         self._responding = False
         self.disconnected = False
         self._reader: asyncio.Task[None] | None = None
@@ -52,6 +60,29 @@ class RequestReader:
     def start(self) -> None:
         if self._read_ahead and not self._too_large:
             self._reader = asyncio.create_task(self._read(), name="request-reader")
+
+    async def arrived(self) -> None:
+        """Until the request is in whole: its last body chunk read, its client gone, or its
+        body over the limit (the app's ``receive`` then says which)."""
+        if self._too_large:
+            return
+        if self._reader is not None:
+            await self._whole.wait()
+            return
+        while True:
+            message = await self._receive()
+            if not self._within_limit(message):
+                return
+            self._chunks.append(message)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
+
+    def begin(self) -> None:
+        """The app has the request: from now on a disconnect cancels its task. A client that
+        left while its request was awaited (:meth:`arrived`) has the app cancelled where it
+        asks for the rest of the body, as it would have been waiting for it."""
+        self._begun = True
+        self._cancel_when_asked = self.disconnected
 
     def stop(self) -> None:
         if self._reader is not None:
@@ -77,12 +108,19 @@ class RequestReader:
             if self._too_large:
                 raise PayloadTooLarge(f"request body exceeds {self._limit} bytes")
             if self.disconnected:
+                if self._cancel_when_asked and self._task is asyncio.current_task():
+                    self._cancel_when_asked = False
+                    assert self._task is not None
+                    self._task.cancel()
+                    await asyncio.sleep(0)  # the cancellation lands here
                 return DISCONNECT
             self._arrived.clear()
             await self._arrived.wait()
         return self._chunks.popleft()
 
     async def _receive_in_step(self) -> Message:
+        if self._chunks:
+            return self._chunks.popleft()  # read by arrived()
         if not self._too_large:
             message = await self._receive()
             if self._within_limit(message):
@@ -101,15 +139,19 @@ class RequestReader:
             if message["type"] == "http.disconnect":
                 self.disconnected = True
                 self._arrived.set()
-                if not self._responding and self._task is not None:
+                self._whole.set()
+                if self._begun and not self._responding and self._task is not None:
                     self._task.cancel()
                 return
             if not self._within_limit(message):
                 # Stop reading: the rest of an oversized body is never buffered.
                 self._arrived.set()
+                self._whole.set()
                 return
             self._chunks.append(message)
             self._arrived.set()
+            if not message.get("more_body", False):
+                self._whole.set()
 
 
 def _declared_length(scope: Scope) -> int:
