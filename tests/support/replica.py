@@ -101,10 +101,12 @@ class StreamingReplica:
         self._pg_ctl("-m", "fast", "stop")
 
     def remove(self) -> None:
-        if (self.pgdata / "postmaster.pid").exists():
-            self._pg_ctl("-m", "immediate", "stop")
-        asyncio.run(self._drop_slot())
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        try:
+            if (self.pgdata / "postmaster.pid").exists():
+                self._pg_ctl("-m", "immediate", "stop")
+            asyncio.run(self._drop_slot())
+        finally:
+            shutil.rmtree(self._workdir, ignore_errors=True)
 
     @contextmanager
     def frozen(self) -> Iterator[None]:
