@@ -61,12 +61,14 @@ from pin_sessions.dev_stats.operations import record_session_ended, summarize
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.logging import configure_logging
+from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.migrations import (
     CREATE_LEDGER,
     INSERT_APPLIED,
     available_migrations,
     migrate,
 )
+from pin_sessions.platform.reads import Reads
 
 ROLLUP_MIGRATION = "dev_stats_daily_rollups"
 LUA_SCRIPT = Path(__file__).with_name("dev_stats_summary.lua")
@@ -239,12 +241,13 @@ async def baseline(dsn: str, period: Period, runs: int) -> dict[str, Any]:
 
 
 async def in_process(database: Database, period: Period, requests: int) -> dict[str, Any]:
+    reads = Reads(database, new_registry())
     for _ in range(5):
-        await summarize(database, period)
+        await summarize(reads, period)
     samples = []
     for _ in range(requests):
         started = time.perf_counter()
-        await summarize(database, period)
+        await summarize(reads, period)
         samples.append(time.perf_counter() - started)
     return {"requests": requests, **latency_ms(samples)}
 
@@ -264,12 +267,13 @@ async def accuracy(dsn: str, database: Database, today: date) -> dict[str, Any]:
     ]
     errors: dict[str, list[float]] = {"p50": [], "p90": []}
     year_figures: dict[str, Any] = {}
+    reads = Reads(database, new_registry())
     conn = await asyncpg.connect(dsn)
     try:
         for period in [year, *windows, *days]:
             exact = await conn.fetchrow(FORMER_SELECT_TOTALS, period.first, period.last)
             assert exact is not None
-            summary = await summarize(database, period)
+            summary = await summarize(reads, period)
             assert summary.sessions == exact["sessions"]
             for key, estimate, truth in (
                 ("p50", summary.p50_duration_seconds, exact["p50_duration"]),

@@ -56,6 +56,8 @@ from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.permissions import SCOPE_DESCRIPTIONS
 from pin_sessions.platform.process import Role
+from pin_sessions.platform.reads import Reads
+from pin_sessions.platform.replica import ReadReplica
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
 from pin_sessions.platform.tokens import ACCESS_TOKEN_TTL, TokenVerifier
@@ -149,6 +151,27 @@ def api_database(settings: Settings, dsn: str) -> Database:
         reset_sessions=False,
         connect_timeout=options.connect_timeout,
     )
+
+
+def build_reads(runtime: Runtime) -> Reads:
+    """The API's reads that tolerate lag: on ``PIN_DATABASE__READ_URL`` when set (SPEC §11).
+
+    The replica's pool has the API pool's bounds; it is opened by the replica's first good
+    check, so an API whose replica is away still starts.
+    """
+    settings = runtime.settings
+    read_url = settings.database.read_url
+    if read_url is None:
+        return Reads(runtime.database, runtime.registry)
+    dsn = read_url.get_secret_value()
+    replica = ReadReplica(
+        api_database(settings, dsn),
+        dsn,
+        runtime.database,
+        runtime.registry,
+        max_lag=settings.database.read_max_lag,
+    )
+    return Reads(runtime.database, runtime.registry, replica)
 
 
 def worker_database(settings: Settings, dsn: str, *, max_size: int | None = None) -> Database:
@@ -264,18 +287,21 @@ def build_http_services(runtime: Runtime, key_set: KeySet | None = None) -> Http
     """What every context's routes may ask for (``platform.http.dependencies``).
 
     The key set and the client status are copies the app refreshes in the background
-    from its start to its stop (SPEC §11).
+    from its start to its stop (SPEC §11); the read replica's state is checked likewise.
     """
     key_set = key_set or build_key_set(runtime)
     clients = DisabledClients(
         runtime.database, runtime.registry, clock=runtime.clock, wait_limit=_call_bound(runtime)
     )
+    reads = build_reads(runtime)
+    replica = () if reads.replica is None else (reads.replica,)
     return HttpServices(
         database=runtime.database,
+        reads=reads,
         clock=runtime.clock,
         authenticator=build_authenticator(runtime, key_set, clients),
         trusted_proxies=runtime.settings.trusted_proxies,
-        refreshed=(key_set, clients),
+        refreshed=(key_set, clients, *replica),
     )
 
 

@@ -171,6 +171,20 @@ class SigningKeysSettings(PollingSettings):
     publish_ahead: Annotated[Duration, AfterValidator(_above_jwks_max_age)] = timedelta(hours=1)
 
 
+def _database_url(value: Any) -> Any:
+    """A PostgreSQL URL, or None for an empty value (a deployment that passes the variable
+    through whether or not it has a value)."""
+    text = value.get_secret_value() if isinstance(value, SecretStr) else value
+    if not isinstance(text, str):
+        return value
+    if not text.strip():
+        return None
+    # Only the scheme is named: the rest may hold a password.
+    if urlsplit(text.strip()).scheme not in ("postgresql", "postgres"):
+        raise ValueError("must be a postgresql:// URL")
+    return SecretStr(text.strip())
+
+
 class DatabaseSettings(_Group):
     """SPEC §9: the bounds of every database call the API makes (jobs keep their own budgets)."""
 
@@ -183,6 +197,11 @@ class DatabaseSettings(_Group):
     # How long opening a connection may take, for every pool: a host that drops packets
     # would otherwise hold a new connection for asyncpg's 60 s.
     connect_timeout: PositiveDuration = timedelta(seconds=10)
+    # SPEC §11: a streaming replica of PIN_DATABASE_URL for the API's reads that tolerate lag
+    # (session history, the dev-stats summary); unset, they run on the primary.
+    read_url: Annotated[SecretStr | None, BeforeValidator(_database_url)] = None
+    # A replica further behind the primary than this is skipped until it catches up.
+    read_max_lag: PositiveDuration = timedelta(seconds=10)
 
 
 _ORIGIN = re.compile(r"^https?://[^/?#\s]+$")

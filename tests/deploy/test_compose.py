@@ -110,3 +110,13 @@ def test_every_role_runs_in_production_against_postgres_and_kafka() -> None:
         assert environment["PIN_KAFKA__REPLICATION_FACTOR"] == "1", name
         # The secret comes from the operator's environment, never a default in the file.
         assert re.fullmatch(r"\$\{PIN_SECRET_KEY:\?[^}]+\}", environment["PIN_SECRET_KEY"]), name
+
+
+def test_only_the_api_is_given_the_optional_read_replica() -> None:
+    """SPEC §11: PIN_DATABASE__READ_URL from the operator's environment, empty (the primary)
+    when unset; no other role reads a replica."""
+    shipped = pin_services()
+    api = shipped.pop(API)["environment"]
+    assert api["PIN_DATABASE__READ_URL"] == "${PIN_DATABASE__READ_URL:-}"
+    for name, service in shipped.items():
+        assert "PIN_DATABASE__READ_URL" not in service["environment"], name

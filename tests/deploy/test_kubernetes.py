@@ -480,3 +480,11 @@ def test_the_operators_kafka_acls_grant_what_the_manifest_grants() -> None:
     }
     assert relay is not None
     assert relay.group(1).replace("\\", " ").split() == list(PUBLISHED_TOPICS)
+
+
+def test_only_the_api_reads_the_optional_read_replica_secret() -> None:
+    """SPEC §11: PIN_DATABASE__READ_URL from a Secret that may be absent (then no replica)."""
+    replica_secret = {"secretRef": {"name": "pin-sessions-read-replica", "optional": True}}
+    for name, item in [*of_kind("Deployment").items(), *of_kind("Job").items()]:
+        sources = _containers(item)[0].get("envFrom", [])
+        assert (replica_secret in sources) is (name == "pin-sessions-api"), name

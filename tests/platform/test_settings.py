@@ -126,6 +126,14 @@ def test_durations_accept_seconds_and_iso_8601(raw: str, expected: timedelta) ->
         ),
         ({"PIN_ENV": "staging"}, "PIN_ENV "),
         (
+            {"PIN_DATABASE__READ_URL": "mysql://replica/pin"},
+            "PIN_DATABASE__READ_URL must be a postgresql:// URL",
+        ),
+        (
+            {"PIN_DATABASE__READ_MAX_LAG": "0"},
+            "PIN_DATABASE__READ_MAX_LAG must be > 0 seconds",
+        ),
+        (
             {"PIN_SIGNING_KEYS__PUBLISH_AHEAD": "PT5M"},
             "PIN_SIGNING_KEYS__PUBLISH_AHEAD must be above 300 seconds, the JWKS cache age",
         ),
@@ -308,3 +316,24 @@ def test_a_bad_api_address_is_refused_naming_the_variable(
     with pytest.raises(SettingsError) as caught:
         load_settings({name: value})
     assert str(caught.value).startswith(message)
+
+
+def test_the_read_replica_is_optional_with_a_ten_second_bound() -> None:
+    """SPEC §11: PIN_DATABASE__READ_URL unset (or empty, as a deployment passes it through)
+    means every read on the primary; READ_MAX_LAG is 10 s unless set."""
+    assert load_settings({}).database.read_url is None
+    assert load_settings({"PIN_DATABASE__READ_URL": ""}).database.read_url is None
+    assert load_settings({}).database.read_max_lag == timedelta(seconds=10)
+
+    settings = load_settings(
+        {
+            "PIN_DATABASE__READ_URL": " postgresql://reader:pa55w0rd@replica:5432/pin ",
+            "PIN_DATABASE__READ_MAX_LAG": "PT30S",
+        }
+    )
+    assert settings.database.read_url is not None
+    assert settings.database.read_url.get_secret_value() == (
+        "postgresql://reader:pa55w0rd@replica:5432/pin"
+    )
+    assert "pa55w0rd" not in repr(settings)
+    assert settings.database.read_max_lag == timedelta(seconds=30)

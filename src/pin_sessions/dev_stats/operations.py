@@ -9,7 +9,8 @@ from pin_sessions.dev_stats import durations
 from pin_sessions.dev_stats.domain import Period, SessionFact
 from pin_sessions.dev_stats.erasure import is_erased
 from pin_sessions.dev_stats.sql import CLEAR_FACT_USER, RECORD_FACT, SELECT_DAYS
-from pin_sessions.platform.database import Connection, Database
+from pin_sessions.platform.database import Connection
+from pin_sessions.platform.reads import Reads
 
 
 async def record_session_ended(conn: Connection, fact: SessionFact, *, now: datetime) -> bool:
@@ -69,10 +70,12 @@ class Summary:
     duration_buckets: list[DurationBucket]
 
 
-async def summarize(database: Database, period: Period) -> Summary:
-    """Counts and durations of the sessions that began in ``period``, from its days' rollups."""
-    async with database.connection() as conn:
-        rows = await conn.fetch(SELECT_DAYS, period.first, period.last)
+async def summarize(reads: Reads, period: Period) -> Summary:
+    """Counts and durations of the sessions that began in ``period``, from its days' rollups.
+
+    A summary tolerates lag (SPEC §11): it is read on the read replica when there is one.
+    """
+    rows = await reads.run(lambda conn: conn.fetch(SELECT_DAYS, period.first, period.last))
     by_day = [
         DaySummary(
             day=row["day"],

@@ -11,7 +11,7 @@ from pydantic.alias_generators import to_camel
 
 from pin_sessions.dev_stats.domain import parse_period
 from pin_sessions.dev_stats.operations import Summary, summarize
-from pin_sessions.platform.http.dependencies import DatabaseDep, Now, permission_required
+from pin_sessions.platform.http.dependencies import Now, ReadsDep, permission_required
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
 from pin_sessions.platform.permissions import DEV_STATS_VIEW
 
@@ -70,14 +70,14 @@ router = APIRouter(prefix="/api/dev-stats", tags=["dev-stats"])
     openapi_extra=PERIOD_PARAMETERS,
 )
 async def sessions_summary(
-    db: DatabaseDep,
+    reads: ReadsDep,
     now: Now,
     from_: Annotated[str | None, Query(alias="from", include_in_schema=False)] = None,
     to: Annotated[str | None, Query(include_in_schema=False)] = None,
 ) -> SummaryOut:
     """Sessions that began between ``from`` and ``to`` (UTC days, both included)."""
     period = parse_period(from_, to, today=now.date())
-    return _render(await summarize(db, period))
+    return _render(await summarize(reads, period))
 
 
 def _render(summary: Summary) -> SummaryOut:

@@ -3,6 +3,10 @@
 A page lists sessions with their latest actions and views. The user's history "before
 and after sign-in" is assembled here through session ownership: children keep the
 ``user_id`` snapshot they were written with (seed 003).
+
+Pages tolerate lag (SPEC §11): they are read through :class:`Reads`, on the read replica
+when there is one within ``PIN_DATABASE__READ_MAX_LAG`` of the primary. The device's link
+is not: linking reads it to decide, so it comes from the primary.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pin_sessions.platform.database import Connection, Database
+from pin_sessions.platform.reads import Reads
 from pin_sessions.user_activity import sql
 from pin_sessions.user_activity.domain import open_or_duration_seconds
 from pin_sessions.user_activity.errors import CursorInvalid, DeviceNotFound, LimitInvalid
@@ -75,17 +80,17 @@ class HistoryPage:
 
 
 async def device_history(
-    db: Database, anonymous_id: uuid.UUID, *, limit: int, cursor: str | None, now: datetime
+    reads: Reads, anonymous_id: uuid.UUID, *, limit: int, cursor: str | None, now: datetime
 ) -> HistoryPage:
     """A guest's own device: only its sessions no user has been linked to."""
-    return await _page(db, sql.SELECT_DEVICE_HISTORY, anonymous_id, limit, cursor, now)
+    return await _page(reads, sql.SELECT_DEVICE_HISTORY, anonymous_id, limit, cursor, now)
 
 
 async def user_history(
-    db: Database, user_id: uuid.UUID, *, limit: int, cursor: str | None, now: datetime
+    reads: Reads, user_id: uuid.UUID, *, limit: int, cursor: str | None, now: datetime
 ) -> HistoryPage:
     """Every session linked to ``user_id``, with what happened before the sign-in too."""
-    return await _page(db, sql.SELECT_USER_HISTORY, user_id, limit, cursor, now)
+    return await _page(reads, sql.SELECT_USER_HISTORY, user_id, limit, cursor, now)
 
 
 async def device_link(db: Database, anonymous_id: uuid.UUID) -> dict[str, Any]:
@@ -102,7 +107,7 @@ async def device_link(db: Database, anonymous_id: uuid.UUID) -> dict[str, Any]:
 
 
 async def _page(
-    db: Database,
+    reads: Reads,
     statement: str,
     owner: uuid.UUID,
     limit: int,
@@ -110,7 +115,8 @@ async def _page(
     now: datetime,
 ) -> HistoryPage:
     after = Cursor.decode(cursor, now=now) if cursor else None
-    async with db.connection() as conn:
+
+    async def read(conn: Connection) -> tuple[list[Any], list[dict[str, Any]]]:
         rows = await conn.fetch(
             statement,
             owner,
@@ -118,8 +124,11 @@ async def _page(
             after.session_id if after else None,
             limit + 1,
         )
-        page = rows[:limit]
-        items = await _with_children(conn, page)
+        return rows, await _with_children(conn, rows[:limit])
+
+    # Run again whole on the primary, should the replica fail it.
+    rows, items = await reads.run(read)
+    page = rows[:limit]
     next_cursor = None
     if len(rows) > limit:
         last = page[-1]

@@ -32,6 +32,7 @@ from pin_sessions.platform.http.dependencies import (
     DatabaseDep,
     Now,
     OptionalUser,
+    ReadsDep,
     live_user,
     optional_user,
     permission_required,
@@ -274,7 +275,7 @@ async def link(
     openapi_extra=parameters(*PAGE_PARAMETERS, anonymous_id_parameter(required=False)),
 )
 async def own_history(
-    db: DatabaseDep,
+    reads: ReadsDep,
     now: Now,
     user: OptionalUser,
     anonymous_id: OptionalDevice,
@@ -284,9 +285,9 @@ async def own_history(
     """A user's own sessions, or a guest's own device's unlinked sessions."""
     size = history.page_size(limit)
     if user is not None:
-        page = await history.user_history(db, user.user_id, limit=size, cursor=cursor, now=now)
+        page = await history.user_history(reads, user.user_id, limit=size, cursor=cursor, now=now)
     elif anonymous_id is not None:
-        page = await history.device_history(db, anonymous_id, limit=size, cursor=cursor, now=now)
+        page = await history.device_history(reads, anonymous_id, limit=size, cursor=cursor, now=now)
     else:
         raise AuthenticationRequired("a Bearer token or X-Anonymous-Id is required")
     return _page_response(page)
@@ -404,14 +405,14 @@ async def end_view(
 )
 async def user_history(
     user_id: Annotated[uuid.UUID, Path(alias="userId")],
-    db: DatabaseDep,
+    reads: ReadsDep,
     now: Now,
     limit: LimitParam = None,
     cursor: CursorParam = None,
 ) -> History:
     """Any user's history, for holders of ``user-activity.history.view-by-user``."""
     page = await history.user_history(
-        db, user_id, limit=history.page_size(limit), cursor=cursor, now=now
+        reads, user_id, limit=history.page_size(limit), cursor=cursor, now=now
     )
     return _page_response(page)
 

@@ -4,7 +4,8 @@ The composition root puts one :class:`HttpServices` on ``app.state.services`` (a
 context's own use cases beside it, see ``state``); routes are module-level functions that
 declare what they need — ``db: DatabaseDep``, ``now: Now``, ``user: CurrentUser`` — and
 nothing is wired at import time. Every context gets the same narrow set: the database,
-the clock, the caller (by Bearer token) and the caller's address.
+the reads that may run on a replica, the clock, the caller (by Bearer token) and the
+caller's address.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pin_sessions.platform.http.security_schemes import (
     Requirement,
     requires,
 )
+from pin_sessions.platform.reads import Reads
 from pin_sessions.platform.refreshed import Refreshing
 
 T = TypeVar("T")
@@ -40,6 +42,8 @@ class HttpServices:
     """The composition root's gift to every route, on ``app.state.services``."""
 
     database: Database
+    # Reads that tolerate lag (SPEC §11): the read replica when there is one and it is usable.
+    reads: Reads
     clock: Clock
     authenticator: Authenticator
     # Peers whose X-Forwarded-For is believed (PIN_TRUSTED_PROXIES).
@@ -64,6 +68,10 @@ def services(request: Request) -> HttpServices:
 # Dependencies are coroutines: FastAPI would run a plain function in a worker thread.
 async def _database(request: Request) -> Database:
     return services(request).database
+
+
+async def _reads(request: Request) -> Reads:
+    return services(request).reads
 
 
 async def _now(request: Request) -> datetime:
@@ -95,6 +103,9 @@ async def _claimed_user(request: Request) -> UserPrincipal:
 
 
 DatabaseDep = Annotated[Database, Depends(_database)]
+# For reads that tolerate lag only (session history, the dev-stats summary): never for a write,
+# nor for a read that must see what the caller has just written.
+ReadsDep = Annotated[Reads, Depends(_reads)]
 # The server's clock, read once per request (INV-SES-004: only the server sets times).
 Now = Annotated[datetime, Depends(_now)]
 ClientIp = Annotated[str | None, Depends(_client_ip)]

@@ -1,5 +1,10 @@
 """Liveness, readiness and the Prometheus endpoint.
 
+``/readyz`` asks the primary alone. With a read replica (``PIN_DATABASE__READ_URL``) it also
+names the replica's state and lag, but never fails because of it: the primary serves the
+replica's reads meanwhile (SPEC §11), and failing readiness would take every API process
+out of rotation for the loss of a component they can do without.
+
 ``/metrics`` is a router of its own: outside prod it is served beside the API; in prod only
 on the metrics port, never where the API's clients reach (SPEC §11).
 """
@@ -12,10 +17,11 @@ import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from pin_sessions.platform.errors import ServiceUnavailable
-from pin_sessions.platform.http.dependencies import DatabaseDep, state
+from pin_sessions.platform.http.dependencies import DatabaseDep, services, state
 from pin_sessions.platform.http.openapi import problems
 from pin_sessions.platform.http.problems import problem_response
 from pin_sessions.platform.metrics import CONTENT_TYPE_LATEST, render
@@ -45,6 +51,21 @@ class Status(BaseModel):
     status: str
 
 
+class ReplicaStatus(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    state: str = Field(description="ok (serves reads), lagging, down, not_replica or unknown")
+    lag_seconds: float | None = Field(description="How far it is behind the primary, if known")
+
+
+class ReadyStatus(Status):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    read_replica: ReplicaStatus | None = Field(
+        default=None, description="Only with PIN_DATABASE__READ_URL; never makes /readyz fail"
+    )
+
+
 router = APIRouter(tags=["operations"])
 
 
@@ -56,27 +77,33 @@ async def healthz() -> Status:
 @router.get(
     "/readyz",
     summary="The database answers and its migrations are current",
-    response_model=Status,
+    response_model=ReadyStatus,
     responses=problems(503),
 )
 async def readyz(request: Request, database: DatabaseDep) -> Response:
+    replica = services(request).reads.replica_status()
+    named = {} if replica is None else {"readReplica": replica}
     if state(request, "readiness", Readiness).stopping:
-        return problem_response(request, ServiceUnavailable, detail="the process is stopping")
+        return problem_response(
+            request, ServiceUnavailable, detail="the process is stopping", extra=named
+        )
     try:
         async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
             async with database.connection() as conn:
                 pending = await pending_migrations(conn)
     except (Exception, TimeoutError) as exc:  # any failure means "not ready", never a 500
         log.warning("readiness check failed", errorType=type(exc).__name__)
-        return problem_response(request, ServiceUnavailable, detail="database unavailable")
+        return problem_response(
+            request, ServiceUnavailable, detail="database unavailable", extra=named
+        )
     if pending:
         return problem_response(
             request,
             ServiceUnavailable,
             detail="database migrations are not current",
-            extra={"pendingMigrations": [migration.version for migration in pending]},
+            extra={"pendingMigrations": [migration.version for migration in pending], **named},
         )
-    return JSONResponse({"status": "ready"})
+    return JSONResponse({"status": "ready", **named})
 
 
 metrics_router = APIRouter(tags=["operations"])
