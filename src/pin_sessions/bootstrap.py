@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 from prometheus_client import CollectorRegistry
@@ -329,15 +329,15 @@ OptionsT = TypeVar("OptionsT", bound=PollingSettings)
 
 
 def _job_worker(
-    build: Callable[[Database, OptionsT, CollectorRegistry], Job[Any]],
+    build: Callable[[Database, OptionsT], Job],
     group: Callable[[Settings], OptionsT],
-) -> Callable[[Runtime], PollingWorker[Any]]:
+) -> Callable[[Runtime], PollingWorker]:
     """A job built from its settings group, polled at that group's interval."""
 
-    def worker(runtime: Runtime) -> PollingWorker[Any]:
+    def worker(runtime: Runtime) -> PollingWorker:
         options = group(runtime.settings)
         return PollingWorker(
-            build(runtime.database, options, runtime.registry),
+            build(runtime.database, options),
             clock=runtime.clock,
             interval=options.polling_interval,
             registry=runtime.registry,
@@ -346,7 +346,7 @@ def _job_worker(
     return worker
 
 
-def _signing_keys_worker(runtime: Runtime) -> PollingWorker[Any]:
+def _signing_keys_worker(runtime: Runtime) -> PollingWorker:
     """The rotation job: it seals new keys, and drops old ones after the longest token life."""
     settings = runtime.settings
     lifetime = max(ACCESS_TOKEN_TTL, settings.m2m_token_ttl)
@@ -359,7 +359,7 @@ def _signing_keys_worker(runtime: Runtime) -> PollingWorker[Any]:
 
 
 # `pin-sessions job NAME` builds one of these; `up` runs them all as roles.
-JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker[Any]]] = {
+JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker]] = {
     "expire-sessions": _job_worker(
         expire_sessions.build_expire_sessions_job, lambda settings: settings.expire_sessions
     ),

@@ -8,17 +8,15 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.identity.jobs.session_retention import (
-    SessionRetentionResult,
-    build_session_retention_job,
-)
+from pin_sessions.identity.jobs.session_retention import build_session_retention_job
 from pin_sessions.identity.sql import (
     DELETE_RETIRED_REFRESH_SESSIONS_BATCH,
     DELETE_RETIRED_SICR_BATCH,
     EXPIRE_REFRESH_SESSIONS_CHUNK,
     EXPIRE_SICR_CHUNK,
 )
-from pin_sessions.platform.jobs import EARLIEST, PollingWorker
+from pin_sessions.platform.batching import EARLIEST
+from pin_sessions.platform.jobs import PollingWorker, RunResult
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import SessionRetentionSettings
 from tests.identity.jobs.rows import (
@@ -32,12 +30,8 @@ from tests.identity.jobs.rows import (
 DAY = timedelta(days=1)
 
 
-async def _retain_once(
-    runtime: Runtime, registry: CollectorRegistry, **options: Any
-) -> SessionRetentionResult:
-    job = build_session_retention_job(
-        runtime.database, SessionRetentionSettings(**options), registry
-    )
+async def _retain_once(runtime: Runtime, registry: CollectorRegistry, **options: Any) -> RunResult:
+    job = build_session_retention_job(runtime.database, SessionRetentionSettings(**options))
     worker = PollingWorker(
         job, clock=runtime.clock, interval=job.options.polling_interval, registry=registry
     )
@@ -63,7 +57,7 @@ async def test_terminal_sicr_older_than_30_days_are_deleted_and_pending_never(
 
     result = await _retain_once(runtime, registry)
 
-    assert (result.sicr.deleted, result.refresh.deleted) == (5, 0)
+    assert (result.count("sicrDeleted"), result.count("refreshDeleted")) == (5, 0)
     async with runtime.database.connection() as conn:
         assert await statuses(conn, "sign_in_confirmation_requests") == {"Pending": 4, "Expired": 5}
     deleted = {"table": "sign_in_confirmation_requests"}
@@ -102,7 +96,7 @@ async def test_terminal_refresh_sessions_created_over_90_days_ago_go_and_active_
 
     result = await _retain_once(runtime, registry)
 
-    assert (result.sicr.deleted, result.refresh.deleted) == (0, 3)
+    assert (result.count("sicrDeleted"), result.count("refreshDeleted")) == (0, 3)
     async with runtime.database.connection() as conn:
         assert await statuses(conn, "refresh_sessions") == {
             "Active": 1,
@@ -125,7 +119,7 @@ async def test_retention_deletes_in_bounded_batches(
 
     result = await _retain_once(runtime, registry, batch_size=10)
 
-    assert result.sicr.deleted == 25
+    assert result.count("sicrDeleted") == 25
     async with runtime.database.connection() as conn:
         per_transaction = await conn.fetch(
             "select count(*) as n from public.test_transitions group by txid order by n desc"
@@ -150,7 +144,7 @@ async def test_a_spent_run_budget_leaves_each_phase_one_batch_and_the_rest_to_th
     )
 
     # The budget is spent after the first batch; refresh sessions still get theirs.
-    assert (result.sicr.deleted, result.refresh.deleted) == (10, 10)
+    assert (result.count("sicrDeleted"), result.count("refreshDeleted")) == (10, 10)
     assert result.succeeded
     async with runtime.database.connection() as conn:
         assert await statuses(conn, "sign_in_confirmation_requests") == {"Expired": 15}

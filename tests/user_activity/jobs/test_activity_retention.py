@@ -61,11 +61,15 @@ async def test_old_inactive_sessions_go_with_their_children_and_active_never(
     result = await retain_once(runtime, registry)
 
     assert result.succeeded
-    assert result.deleted == {"sessions": 4, "property_object_views": 4, "action_events": 8}
+    assert result.phases["delete"].counts == {
+        "sessions": 4,
+        "property_object_views": 4,
+        "action_events": 8,
+    }
     assert await _counts(runtime, list(retired)) == (0, 0, 0)
     assert await _counts(runtime, list(kept_inactive)) == (2, 2, 2)
     assert await _counts(runtime, list(ancient_active)) == (2, 2, 2)
-    for table, count in result.deleted.items():
+    for table, count in result.phases["delete"].counts.items():
         assert registry.get_sample_value(DELETED_TOTAL, {"table": table}) == count
 
 
@@ -93,7 +97,7 @@ async def test_the_retention_age_is_measured_from_the_creation_of_the_session(
 
     result = await retain_once(runtime, registry)
 
-    assert result.deleted["sessions"] == 1
+    assert result.count("sessionsDeleted") == 1
     assert await _counts(runtime, [long_session]) == (0, 0, 0)
     assert await _counts(runtime, [year_old]) == (1, 0, 0)
 
@@ -111,7 +115,11 @@ async def test_retention_deletes_in_bounded_batches(
 
     result = await retain_once(runtime, registry, batch_size=10)
 
-    assert (result.deleted["sessions"], result.batches, result.largest_batch) == (25, 3, 10)
+    assert (
+        result.count("sessionsDeleted"),
+        result.phases["delete"].progress.batches,
+        result.phases["delete"].progress.largest_batch,
+    ) == (25, 3, 10)
     assert await _counts(runtime, list(ids)) == (0, 0, 0)
 
 
@@ -130,7 +138,7 @@ async def test_a_spent_run_budget_ends_the_run_between_batches(
     )
 
     assert result.succeeded
-    assert (result.deleted["sessions"], result.batches) == (10, 1)
+    assert (result.count("sessionsDeleted"), result.phases["delete"].progress.batches) == (10, 1)
     assert await _counts(runtime, list(ids)) == (15, 0, 0)
 
 
@@ -214,7 +222,7 @@ async def test_idempotency_keys_past_their_24_hours_are_deleted_and_newer_ones_k
     result = await retain_once(runtime, registry)
 
     assert result.succeeded
-    assert result.keys.deleted == 3
+    assert result.count("idempotencyKeysDeleted") == 3
     assert result.to_json()["idempotencyKeysDeleted"] == 3
     async with runtime.database.connection() as conn:
         assert await conn.fetchval("select count(*) from user_activity.idempotency_keys") == 2

@@ -93,7 +93,11 @@ async def test_a_failed_batch_rolls_back_is_logged_and_counted(
             await conn.execute("alter table messaging.outbox_away rename to outbox")
 
     assert not result.succeeded
-    assert (result.closed, result.views_closed, result.backlog_remaining) == (0, 0, 3)
+    assert (result.count("closed"), result.count("viewsClosed"), result.backlog_remaining) == (
+        0,
+        0,
+        3,
+    )
     assert registry.get_sample_value("user_activity_activity_closer_errors_total") == 1
     assert (
         registry.get_sample_value("user_activity_activity_closer_last_success_timestamp_seconds")

@@ -68,10 +68,10 @@ async def test_a_heartbeat_in_flight_keeps_its_session_open(
         # The heartbeat has updated the row and not committed yet when the closer claims.
         assert len(await heartbeat.fetch(sql.HEARTBEAT_BATCH, [anonymous_id], [now])) == 1
         result = await close_once(runtime, registry)
-    assert result.closed == 0
+    assert result.count("closed") == 0
     assert await _status(runtime, session_id) == "Active"
     # Committed, the heartbeat made the session fresh: the next run leaves it open too.
-    assert (await close_once(runtime, CollectorRegistry())).closed == 0
+    assert (await close_once(runtime, CollectorRegistry())).count("closed") == 0
     assert await _ended_counts(runtime) == {}
 
 
@@ -84,7 +84,7 @@ async def test_a_heartbeat_that_committed_first_keeps_the_session_open(
     result = await close_once(runtime, registry)
 
     assert response.json()["restarted"] is False
-    assert result.closed == 0
+    assert result.count("closed") == 0
     assert await _status(runtime, session_id) == "Active"
 
 
@@ -103,7 +103,7 @@ async def test_a_heartbeat_after_the_close_starts_a_new_session(
     result = await closing
     response = (await heartbeat).json()
 
-    assert result.closed == 1
+    assert result.count("closed") == 1
     assert await _status(runtime, session_id) == "Inactive"
     # INV-SES-003: the closed session is never touched again; the device gets a new one.
     assert response["restarted"] is True
@@ -127,7 +127,7 @@ async def test_link_force_close_first_then_the_closer_skips_the_session(
     after = await close_once(runtime, CollectorRegistry())
 
     assert outcome is not None and outcome.switched
-    assert (during.closed, after.closed) == (0, 0)
+    assert (during.count("closed"), after.count("closed")) == (0, 0)
     assert await _status(runtime, session_id) == "Inactive"
     assert await _ended_counts(runtime) == {str(session_id): 1}
 
@@ -152,7 +152,7 @@ async def test_the_closer_first_then_link_finds_no_session_to_force_close(
     result = await closing
     outcome = await linking
 
-    assert result.closed == 1
+    assert result.count("closed") == 1
     # The closer won: link sees no Active session, so it starts one without closing any.
     assert (outcome.switched, outcome.created, outcome.session.user_id) == (False, True, user_b)
     assert await _ended_counts(runtime) == {str(session_id): 1}
@@ -181,7 +181,7 @@ async def test_many_links_racing_the_closer_end_every_session_exactly_once(
         while not links_done.is_set():
             result = await worker.run_pass(asyncio.Event())
             assert result is not None and result.succeeded
-            closed += result.closed
+            closed += result.count("closed")
             await asyncio.sleep(0)
         return closed
 
