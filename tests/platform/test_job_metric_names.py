@@ -8,14 +8,18 @@ that renames, retypes, relabels or rewords a metric fails here first.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
+from opentelemetry import trace
 from prometheus_client import CollectorRegistry, generate_latest
 
 from pin_sessions.bootstrap import JOB_WORKERS, resolve_server_secrets
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Database
+from pin_sessions.platform.ids import new_id
+from pin_sessions.platform.jobs import JobRun
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import load_settings
 
@@ -55,3 +59,61 @@ def _family(line: str) -> str:
 
 def test_every_job_exports_the_metric_families_it_always_has() -> None:
     assert exposition_of_every_job() == EXPECTED.read_text()
+
+
+# Each job's ``--once`` JSON (and ``job completed`` line) keys, in the order they are printed:
+# the runbook, the benches and black-box checks read them by name.
+RESULT_KEYS = {
+    "expire-sessions": [
+        "jobRunId",
+        "refreshExpired",
+        "sicrExpired",
+        "durationMs",
+        "backlogRemaining",
+    ],
+    "session-retention": ["jobRunId", "sicrDeleted", "refreshDeleted", "durationMs"],
+    "activity-closer": ["jobRunId", "closed", "viewsClosed", "durationMs", "backlogRemaining"],
+    "activity-retention": [
+        "jobRunId",
+        "sessionsDeleted",
+        "actionEventsDeleted",
+        "propertyObjectViewsDeleted",
+        "idempotencyKeysDeleted",
+        "durationMs",
+    ],
+    "signing-keys": ["jobRunId", "created", "activated", "retired", "dropped", "durationMs"],
+}
+# Key ids, listed: the other counts are numbers.
+LISTED_KEYS = {"created", "activated", "retired", "dropped"}
+
+
+def test_every_job_prints_the_result_keys_it_always_has_in_their_order() -> None:
+    settings = load_settings({"PIN_SECRET_KEY": "x" * 40, "PIN_DATABASE_URL": UNUSED_DSN})
+    clock = FixedClock(datetime(2026, 1, 1, tzinfo=UTC))
+    assert set(JOB_WORKERS) == set(RESULT_KEYS)
+    for name, build in JOB_WORKERS.items():
+        registry = CollectorRegistry()
+        worker = build(
+            Runtime(
+                settings=settings,
+                database=Database(UNUSED_DSN),
+                clock=clock,
+                registry=registry,
+                secrets=resolve_server_secrets(settings),
+            )
+        )
+        run = JobRun(
+            id=new_id(),
+            spec=worker.spec,
+            metrics=worker.metrics,
+            stop=asyncio.Event(),
+            tracer=trace.get_tracer(__name__),
+            clock=clock,
+        )
+        document = run.result().to_json()
+        assert list(document) == RESULT_KEYS[name], name
+        for key, value in document.items():
+            if key in LISTED_KEYS:
+                assert value == [], (name, key)
+            elif key not in ("jobRunId", "backlogRemaining"):
+                assert value == 0 or key == "durationMs", (name, key)
