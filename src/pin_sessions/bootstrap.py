@@ -377,23 +377,17 @@ JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker]] = {
 }
 
 
-def _without_metrics(handler: Callable[[], Handler]) -> Callable[[CollectorRegistry], Handler]:
-    """A consumer that keeps no metrics of its own beyond the runner's."""
-
-    def build(registry: CollectorRegistry) -> Handler:
-        del registry
-        return handler()
-
-    return build
-
-
 # `pin-sessions consume NAME` runs one of these; `up` runs them all. Each is built once per
-# process, on the runtime's registry.
-CONSUMERS: dict[str, Callable[[CollectorRegistry], Handler]] = {
-    "identity-signed-in": SignedInConsumer,
-    "dev-stats-session-ended": _without_metrics(SessionEndedConsumer),
-    "user-activity-user-erased": _without_metrics(ActivityUserErasedConsumer),
-    "dev-stats-user-erased": _without_metrics(DevStatsUserErasedConsumer),
+# process, from the runtime: its registry for a handler's own metrics, its settings.
+CONSUMERS: dict[str, Callable[[Runtime], Handler]] = {
+    "identity-signed-in": lambda runtime: SignedInConsumer(runtime.registry),
+    "dev-stats-session-ended": lambda runtime: SessionEndedConsumer(),
+    "user-activity-user-erased": lambda runtime: ActivityUserErasedConsumer(
+        runtime.settings.consumers.erasure_batch_size
+    ),
+    "dev-stats-user-erased": lambda runtime: DevStatsUserErasedConsumer(
+        runtime.settings.consumers.erasure_batch_size
+    ),
 }
 
 
@@ -415,20 +409,28 @@ def topic_policy(kafka: KafkaSettings) -> TopicPolicy:
 
 def build_consumer(runtime: Runtime, name: str, metrics: MessagingMetrics) -> Role:
     """The consumer on Kafka when PIN_KAFKA_BOOTSTRAP_SERVERS is set, else on the PostgreSQL bus."""
-    handler = CONSUMERS[name](runtime.registry)
+    handler = CONSUMERS[name](runtime)
     runner = ConsumerRunner(handler, runtime.database, runtime.clock, metrics)
     bootstrap_servers = runtime.settings.kafka_bootstrap_servers
+    batches = runtime.settings.consumers
     if bootstrap_servers:
         kafka = runtime.settings.kafka
         return KafkaConsumer(
             runner,
             bootstrap_servers,
             metrics,
+            batch_size=batches.batch_size,
             options=kafka.librdkafka_options(),
             topic_policy=topic_policy(kafka),
         )
     return PostgresBusConsumer(
-        runner, runtime.database, runtime.clock, metrics, all_consumers=sorted(CONSUMERS)
+        runner,
+        runtime.database,
+        runtime.clock,
+        metrics,
+        all_consumers=sorted(CONSUMERS),
+        batch_size=batches.batch_size,
+        prune_batch_size=batches.prune_batch_size,
     )
 
 
@@ -441,6 +443,8 @@ def build_relay(runtime: Runtime, metrics: MessagingMetrics) -> OutboxRelay:
         runtime.clock,
         metrics,
         bootstrap_servers,
+        batch_size=runtime.settings.relay.batch_size,
+        prune_batch_size=runtime.settings.relay.prune_batch_size,
         options=runtime.settings.kafka.librdkafka_options(),
         topic_policy=topic_policy(runtime.settings.kafka),
     )

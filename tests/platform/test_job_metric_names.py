@@ -9,39 +9,24 @@ that renames, retypes, relabels or rewords a metric fails here first.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from pathlib import Path
 
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, generate_latest
 
-from pin_sessions.bootstrap import JOB_WORKERS, resolve_server_secrets
-from pin_sessions.platform.clock import FixedClock
-from pin_sessions.platform.database import Database
+from pin_sessions.bootstrap import JOB_WORKERS
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.jobs import JobRun
-from pin_sessions.platform.runtime import Runtime
-from pin_sessions.settings import load_settings
+from tests.support.runtime import unconnected_runtime
 
 EXPECTED = Path(__file__).with_name("job_metrics.prom")
-# Never opened: building a worker connects to nothing.
-UNUSED_DSN = "postgresql://localhost/unused"
 
 
 def exposition_of_every_job() -> str:
-    settings = load_settings({"PIN_SECRET_KEY": "x" * 40, "PIN_DATABASE_URL": UNUSED_DSN})
     sections = []
     for name, build in JOB_WORKERS.items():
         registry = CollectorRegistry()
-        build(
-            Runtime(
-                settings=settings,
-                database=Database(UNUSED_DSN),
-                clock=FixedClock(datetime(2026, 1, 1, tzinfo=UTC)),
-                registry=registry,
-                secrets=resolve_server_secrets(settings),
-            )
-        )
+        build(unconnected_runtime(registry))
         lines = [
             line
             for line in generate_latest(registry).decode().splitlines()
@@ -88,27 +73,17 @@ LISTED_KEYS = {"created", "activated", "retired", "dropped"}
 
 
 def test_every_job_prints_the_result_keys_it_always_has_in_their_order() -> None:
-    settings = load_settings({"PIN_SECRET_KEY": "x" * 40, "PIN_DATABASE_URL": UNUSED_DSN})
-    clock = FixedClock(datetime(2026, 1, 1, tzinfo=UTC))
     assert set(JOB_WORKERS) == set(RESULT_KEYS)
     for name, build in JOB_WORKERS.items():
-        registry = CollectorRegistry()
-        worker = build(
-            Runtime(
-                settings=settings,
-                database=Database(UNUSED_DSN),
-                clock=clock,
-                registry=registry,
-                secrets=resolve_server_secrets(settings),
-            )
-        )
+        runtime = unconnected_runtime()
+        worker = build(runtime)
         run = JobRun(
             id=new_id(),
             spec=worker.spec,
             metrics=worker.metrics,
             stop=asyncio.Event(),
             tracer=trace.get_tracer(__name__),
-            clock=clock,
+            clock=runtime.clock,
         )
         document = run.result().to_json()
         assert list(document) == RESULT_KEYS[name], name

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import re
 import uuid
+from pathlib import Path
 
 import pytest
 
-from pin_sessions.platform.queries import QueryFileError, compile_parameters, parse_queries
+import pin_sessions
+from pin_sessions.platform.queries import (
+    QueryFileError,
+    compile_parameters,
+    load_queries,
+    parse_queries,
+)
 from pin_sessions.platform.runtime import Runtime
+
+PACKAGE = Path(pin_sessions.__file__).parent
 
 FILE = """\
 -- The file's header: what it holds.
@@ -110,3 +120,27 @@ async def test_a_query_runs_on_a_connection_with_keyword_arguments(runtime: Runt
         assert row is not None and row["id"] == keep
         assert await queries.by_ids.fetchval(conn, ids=[drop], excluded=drop) is None
         assert await queries.constant.execute(conn) == "SELECT 1"
+
+
+def service_query_files() -> list[Path]:
+    """Every ``queries.sql`` the service ships (migrations are another format)."""
+    return sorted(PACKAGE.rglob("queries.sql"))
+
+
+def test_the_service_keeps_its_statements_in_queries_files() -> None:
+    contexts = {path.parent.name for path in service_query_files()}
+    assert {"dev_stats", "user_activity"} <= contexts
+
+
+async def test_every_query_of_the_service_prepares_on_the_schema_and_is_used_by_code(
+    runtime: Runtime,
+) -> None:
+    for path in service_query_files():
+        package = ".".join(path.parent.relative_to(PACKAGE.parent).parts)
+        queries = load_queries(package)
+        code = "\n".join(source.read_text(encoding="utf-8") for source in path.parent.rglob("*.py"))
+        async with runtime.database.connection() as conn:
+            for name, query in queries.items():
+                # Parsed, planned against the migrated schema, its parameters' types inferred.
+                await conn.prepare(query.text)
+                assert re.search(rf"\.{name}\b", code), f"{queries.origin}: {name} is unused"

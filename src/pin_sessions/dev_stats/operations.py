@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from pin_sessions.dev_stats import durations
+from pin_sessions.dev_stats import durations, repository
 from pin_sessions.dev_stats.domain import Period, SessionFact
-from pin_sessions.dev_stats.erasure import is_erased
-from pin_sessions.dev_stats.sql import CLEAR_FACT_USER, RECORD_FACT, SELECT_DAYS
+from pin_sessions.dev_stats.user_data import is_erased
 from pin_sessions.platform.database import Connection, Database
 
 
@@ -19,21 +18,12 @@ async def record_session_ended(conn: Connection, fact: SessionFact, *, now: date
     user erased meanwhile is counted as a user's, and its fact keeps no user id (SPEC §10).
     """
     erased = fact.user_id is not None and await is_erased(conn, fact.user_id)
-    status = await conn.execute(
-        RECORD_FACT,
-        fact.session_id,
-        fact.message_id,
-        fact.anonymous_id,
-        fact.user_id,
-        fact.created_at,
-        fact.last_activity_at,
-        fact.duration_seconds,
-        now,
-        durations.bucket_of(fact.duration_seconds),
+    recorded = await repository.record_fact(
+        conn, fact, duration_bucket=durations.bucket_of(fact.duration_seconds), now=now
     )
     if erased:
-        await conn.execute(CLEAR_FACT_USER, fact.session_id)
-    return bool(status == "INSERT 0 1")
+        await repository.clear_fact_user(conn, fact.session_id)
+    return recorded
 
 
 @dataclass(frozen=True)
@@ -72,7 +62,7 @@ class Summary:
 async def summarize(database: Database, period: Period) -> Summary:
     """Counts and durations of the sessions that began in ``period``, from its days' rollups."""
     async with database.connection() as conn:
-        rows = await conn.fetch(SELECT_DAYS, period.first, period.last)
+        rows = await repository.days(conn, period.first, period.last)
     by_day = [
         DaySummary(
             day=row["day"],

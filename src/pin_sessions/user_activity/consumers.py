@@ -75,8 +75,13 @@ class UserErasedConsumer:
     topic = USER_ERASED_TOPIC
     version = 1
 
+    def __init__(self, batch_size: int) -> None:
+        # Rows deleted per transaction (PIN_CONSUMERS__ERASURE_BATCH_SIZE).
+        self.batch_size = batch_size
+
     async def prepare(self, database: Database, message: Message, now: datetime) -> None:
-        deleted = await erase_user(database, uuid.UUID(message.payload["UserId"]), now)
+        user_id = uuid.UUID(message.payload["UserId"])
+        deleted = await erase_user(database, user_id, now, batch_size=self.batch_size)
         log.info("user erased", messageId=str(message.message_id), rowsDeleted=deleted)
 
     async def handle(self, conn: Connection, message: Message, now: datetime) -> None:

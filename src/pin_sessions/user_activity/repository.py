@@ -1,4 +1,5 @@
-"""The statements of the Session aggregate that more than one operation runs.
+"""The statements of the Session aggregate that more than one operation runs, and a
+user's erasure (``queries.sql``).
 
 Functions take the caller's connection and never commit.
 """
@@ -10,8 +11,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from pin_sessions.platform.batching import rows_affected
 from pin_sessions.platform.database import Connection
+from pin_sessions.platform.erasure import Tombstones
 from pin_sessions.platform.ids import new_id
+from pin_sessions.platform.queries import Query, load_queries
 from pin_sessions.user_activity import sql
 from pin_sessions.user_activity.domain import (
     DeviceInfo,
@@ -20,6 +24,23 @@ from pin_sessions.user_activity.domain import (
     SessionSnapshot,
     SessionStatus,
     SignedInCaller,
+)
+
+QUERIES = load_queries(__package__)
+
+# Erased users (platform.erasure): the first key of this context's per-user advisory locks.
+USER_LOCK_CLASS = 0x5541  # "UA"
+TOMBSTONES = Tombstones(
+    lock_class=USER_LOCK_CLASS,
+    select_erased=QUERIES.select_erased,
+    insert_erased=QUERIES.insert_erased,
+)
+# An erased user's rows, in the order they can go: children first (they reference their
+# session ON DELETE RESTRICT).
+ERASURE_DELETES = (
+    QUERIES.delete_erased_user_actions,
+    QUERIES.delete_erased_user_views,
+    QUERIES.delete_erased_user_sessions,
 )
 
 
@@ -129,3 +150,15 @@ async def latest_link_since(
     """The device's latest link standing for a sign-in later than ``since``."""
     row = await conn.fetchrow(sql.SELECT_LATEST_LINK_SINCE, anonymous_id, since)
     return None if row is None else DeviceLink(row["user_id"], row["linked_at"])
+
+
+async def end_erased_user_sessions(conn: Connection, user_id: uuid.UUID, now: datetime) -> None:
+    """The erased user's Active sessions become Inactive, publishing nothing (SPEC §10)."""
+    await QUERIES.end_erased_user_sessions.execute(conn, user_id=user_id, ended_at=now)
+
+
+async def delete_erased_user_rows(
+    conn: Connection, delete: Query, user_id: uuid.UUID, batch_size: int
+) -> int:
+    """One batch of ``delete`` (one of ``ERASURE_DELETES``): how many rows went."""
+    return rows_affected(await delete.execute(conn, user_id=user_id, batch_size=batch_size))

@@ -1,7 +1,8 @@
 """Every statement of the user-activity context, named: the Session API's, then its jobs'.
 
 State transitions are single conditional statements (``… WHERE status = 'Active'``),
-so a race has one winner by construction. Nothing else in the context holds SQL.
+so a race has one winner by construction. Nothing else in the context holds SQL besides
+``queries.sql`` (a user's erasure, in named blocks).
 """
 
 from __future__ import annotations
@@ -334,56 +335,7 @@ where (anonymous_id, key) in (
 )
 """
 
-# --- A user's data: export and erasure (SPEC §10) -----------------------------------------
-
-# The first key of this context's per-user advisory locks (platform.erasure).
-USER_LOCK_CLASS = 0x5541  # "UA"
-
-SELECT_USER_ERASED = """
-select exists (select 1 from user_activity.erased_users where user_digest = $1)
-"""
-
-INSERT_ERASED_USER = """
-insert into user_activity.erased_users (user_digest, erased_at)
-values ($1, $2)
-on conflict (user_digest) do nothing
-"""
-
-# The erased user's Active sessions end without session-ended (SPEC §10): they are about to
-# go, and dev-stats is dropping the user's id anyway. Once Inactive, no heartbeat, closer or
-# request touches them again (INV-SES-006); a device that comes back starts a new session.
-END_ERASED_USER_SESSIONS = """
-update user_activity.sessions
-set status = 'Inactive', ended_at = $2, duration = last_activity_at - created_at
-where user_id = $1 and status = 'Active'
-"""
-
-# Bounded batches, children first (they reference their session ON DELETE RESTRICT).
-DELETE_ERASED_USER_ACTIONS = """
-delete from user_activity.action_events where id in (
-    select a.id
-    from user_activity.sessions as s
-    join user_activity.action_events as a on a.session_id = s.id
-    where s.user_id = $1
-    limit $2
-)
-"""
-
-DELETE_ERASED_USER_VIEWS = """
-delete from user_activity.property_object_views where id in (
-    select v.id
-    from user_activity.sessions as s
-    join user_activity.property_object_views as v on v.session_id = s.id
-    where s.user_id = $1
-    limit $2
-)
-"""
-
-DELETE_ERASED_USER_SESSIONS = """
-delete from user_activity.sessions where id in (
-    select id from user_activity.sessions where user_id = $1 limit $2
-)
-"""
+# --- A user's data: its export (SPEC §10); its erasure is in queries.sql ------------------
 
 # Export pages, by key after the parameters before the last, the last being the page size.
 # The key's first column bounded on its own too: that is what the index can seek to.

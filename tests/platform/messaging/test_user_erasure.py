@@ -19,6 +19,7 @@ from pin_sessions.user_activity.consumers import UserErasedConsumer as ActivityU
 from pin_sessions.user_activity.domain import SignedInCaller, device_info
 from tests.conftest import T0
 from tests.platform.messaging.pipeline import Pipeline, RenamedPreparing, eventually
+from tests.support.erasure import ERASURE_BATCH
 from tests.support.tokens import Tokens
 from tests.support.users import signed_in_user
 from tests.user_activity.conftest import IPHONE
@@ -77,10 +78,14 @@ async def test_an_erasure_is_applied_by_both_contexts(pipeline: Pipeline) -> Non
             )
     pipeline.start_consumers(
         RenamedPreparing(
-            ActivityUserErased(), pipeline.consumer_name("user-activity-user-erased"), topic
+            ActivityUserErased(ERASURE_BATCH),
+            pipeline.consumer_name("user-activity-user-erased"),
+            topic,
         ),
         RenamedPreparing(
-            DevStatsUserErased(), pipeline.consumer_name("dev-stats-user-erased"), topic
+            DevStatsUserErased(ERASURE_BATCH),
+            pipeline.consumer_name("dev-stats-user-erased"),
+            topic,
         ),
     )
 
