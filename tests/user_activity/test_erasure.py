@@ -25,9 +25,9 @@ from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.platform.messaging.runner import Outcome
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.user_activity import operations
 from pin_sessions.user_activity.consumers import SignedInConsumer, UserErasedConsumer
 from pin_sessions.user_activity.domain import SignedInCaller, device_info
+from pin_sessions.user_activity.sessions import callers_session
 from pin_sessions.user_activity.user_data import erase_user
 from tests.support.erasure import ERASURE_BATCH, deliver, user_erased_message
 from tests.support.waiting import wait_until
@@ -386,7 +386,7 @@ async def test_a_request_writing_when_the_erasure_starts_is_waited_for(
     await writer.open()
     try:
         async with writer.transaction() as conn:
-            await operations.callers_session(
+            await callers_session(
                 conn,
                 anonymous_id,
                 SignedInCaller(user.user_id, clock.now()),

@@ -43,7 +43,7 @@ from pin_sessions.platform.http.openapi import parameters, problems, query_param
 from pin_sessions.platform.http.security_schemes import OPTIONAL_USER
 from pin_sessions.platform.permissions import DEV_STATS_VIEW, HISTORY_VIEW_BY_USER
 from pin_sessions.platform.streamed_json import stream_json
-from pin_sessions.user_activity import history, operations
+from pin_sessions.user_activity import history, linking, recording, sessions
 from pin_sessions.user_activity.domain import (
     DeviceInfo,
     SignedInCaller,
@@ -142,7 +142,7 @@ async def heartbeat(request: Request) -> Response:
         return _caller(user), read_device(request, client_ip)
 
     heartbeats = state(request, "heartbeats", Heartbeats)
-    result = await operations.heartbeat(
+    result = await sessions.heartbeat(
         heartbeats, given.database, anonymous_id, given.clock.now(), newcomer=newcomer
     )
     accepted = HeartbeatAccepted(
@@ -209,7 +209,7 @@ async def start(
     _body: Annotated[StartRequest | None, Body()] = None,
 ) -> SessionStarted:
     """Start the device's session or continue it (INV-SES-001); issues an AnonymousId."""
-    started = await operations.start_session(db, anonymous_id, _caller(user), device, now)
+    started = await sessions.start_session(db, anonymous_id, _caller(user), device, now)
     session = started.session
     return SessionStarted(
         session_id=session.id,
@@ -250,7 +250,7 @@ async def link(
     with ``stale: true``.
     """
     caller = SignedInCaller(user.user_id, user.signed_in_at)
-    outcome = await operations.link(db, anonymous_id, caller, device, now)
+    outcome = await linking.link(db, anonymous_id, caller, device, now)
     session = outcome.session
     answer = SessionLinked(
         session_id=session.id,
@@ -304,7 +304,7 @@ async def open_sessions(db: DatabaseDep, now: Now) -> OpenSessions:
     dev-stats learns of a session only when it ends, so the live count comes from here, to
     the same readers: holders of ``dev-stats.view``.
     """
-    count = await operations.count_open_sessions(db)
+    count = await history.count_open_sessions(db)
     return OpenSessions(open_sessions=count, counted_at=now)
 
 
@@ -329,7 +329,7 @@ async def record_action(
     With ``Idempotency-Key``, a repeat within 24 hours records nothing and gets the first
     answer; the same key with another body is 422 USER_ACTIVITY_IDEMPOTENCY_KEY_REUSED.
     """
-    recorded = await operations.record_action(
+    recorded = await recording.record_action(
         db,
         anonymous_id,
         _caller(user),
@@ -361,7 +361,7 @@ async def start_view(
 ) -> ViewStarted:
     """Start viewing a property object; counts as activity. ``Idempotency-Key`` as for
     actions."""
-    started = await operations.start_view(
+    started = await recording.start_view(
         db,
         anonymous_id,
         _caller(user),
@@ -391,7 +391,7 @@ async def end_view(
     _body: Annotated[EndViewRequest | None, Body()] = None,
 ) -> ViewEnded:
     """End a view of this device; ending it again reports the same duration."""
-    ended = await operations.end_view(db, anonymous_id, view_id, now)
+    ended = await recording.end_view(db, anonymous_id, view_id, now)
     return ViewEnded(view_id=ended.view_id, duration_seconds=duration_seconds(ended.duration))
 
 
@@ -422,10 +422,10 @@ def _page_response(page: history.HistoryPage) -> History:
 
 def _idempotency(
     key: str | None, operation: str, body: ActionRequest | PropertyViewRequest
-) -> operations.Idempotency | None:
+) -> recording.Idempotency | None:
     if key is None:
         return None
-    return operations.Idempotency(key, request_hash(operation, body.model_dump_json()))
+    return recording.Idempotency(key, request_hash(operation, body.model_dump_json()))
 
 
 def _caller(user: UserPrincipal | None) -> SignedInCaller | None:

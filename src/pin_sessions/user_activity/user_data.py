@@ -20,8 +20,7 @@ from pin_sessions.platform.auth import SessionNotActive
 from pin_sessions.platform.batching import in_transaction, until_short
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.logging import mask_ip
-from pin_sessions.platform.streamed_json import keyset_rows
-from pin_sessions.user_activity import repository, sql
+from pin_sessions.user_activity import repository
 from pin_sessions.user_activity.domain import open_or_duration_seconds
 from pin_sessions.user_activity.errors import UserErased
 
@@ -82,12 +81,7 @@ class ActivityData:
         return {"userId": user_id, "exportedAt": now, "sessions": self._sessions(user_id)}
 
     async def _sessions(self, user_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
-        rows = keyset_rows(
-            self._database,
-            sql.EXPORT_SESSIONS_PAGE,
-            user_id,
-        )
-        async for row in rows:
+        async for row in repository.sessions_of(self._database, user_id):
             yield {
                 "sessionId": row["id"],
                 "anonymousId": row["anonymous_id"],
@@ -109,13 +103,7 @@ class ActivityData:
             }
 
     async def _views(self, session_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
-        rows = keyset_rows(
-            self._database,
-            sql.EXPORT_VIEWS_PAGE,
-            session_id,
-            key=("started_at", "id"),
-        )
-        async for row in rows:
+        async for row in repository.views_of(self._database, session_id):
             yield {
                 "viewId": row["id"],
                 "propertyObjectId": row["property_object_id"],
@@ -125,12 +113,7 @@ class ActivityData:
             }
 
     async def _actions(self, session_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
-        rows = keyset_rows(
-            self._database,
-            sql.EXPORT_ACTIONS_PAGE,
-            session_id,
-        )
-        async for row in rows:
+        async for row in repository.actions_of(self._database, session_id):
             yield {
                 "actionId": row["id"],
                 "type": row["type"],

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.user_activity.sql import CLAIM_RETIRED_SESSIONS
+from pin_sessions.user_activity.repository.loaded import QUERIES
 from tests.user_activity.jobs.rows import insert_actions, insert_sessions, insert_views
 from tests.user_activity.jobs.support import retain_once
 
@@ -181,12 +181,14 @@ async def test_an_empty_table_is_a_no_op_success(
 
 
 async def test_the_claim_goes_through_the_retention_index(runtime: Runtime) -> None:
+    claim = QUERIES.claim_retired_sessions
     async with runtime.database.transaction() as conn:
         await conn.execute("set local enable_seqscan = off")
         plan = "\n".join(
             row[0]
             for row in await conn.fetch(
-                f"explain {CLAIM_RETIRED_SESSIONS}", runtime.clock.now(), 1000
+                f"explain {claim.text}",
+                *claim.args(created_before=runtime.clock.now(), batch_size=1000),
             )
         )
     assert "ix_sessions_retention_created_at" in plan and "Sort" not in plan, plan

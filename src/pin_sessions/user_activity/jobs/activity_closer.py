@@ -38,7 +38,7 @@ from pin_sessions.platform.job_spec import (
     run_duration,
 )
 from pin_sessions.settings import ActivityCloserSettings
-from pin_sessions.user_activity import sql
+from pin_sessions.user_activity import repository
 from pin_sessions.user_activity.closing import close_sessions
 
 if TYPE_CHECKING:
@@ -106,19 +106,19 @@ class ActivityCloserJob:
         a linker, which will end it.
         """
         async with self.database.transaction() as conn:
-            rows = await conn.fetch(sql.CLAIM_IDLE_SESSIONS, idle_before, self.options.batch_size)
-            closed = await close_sessions(
-                conn, [row["id"] for row in rows], now=ended_at, idle_before=idle_before
+            claimed = await repository.claim_idle_sessions(
+                conn, idle_before, self.options.batch_size
             )
+            closed = await close_sessions(conn, claimed, now=ended_at, idle_before=idle_before)
         # Counted only once committed: a rolled-back batch closed nothing.
         phase.add("closed", len(closed.session_ids))
         phase.add("views_closed", closed.views_closed)
-        return len(rows)
+        return len(claimed)
 
     async def _count_backlog(self, idle_before: datetime) -> int | None:
         try:
             async with self.database.connection() as conn:
-                backlog: int = await conn.fetchval(sql.COUNT_IDLE_SESSIONS, idle_before)
+                backlog = await repository.count_idle_sessions(conn, idle_before)
         except Exception as exc:
             # The run's work is committed; only the gauge misses this tick.
             log.warning("backlog not counted", exception=f"{type(exc).__name__}: {exc}")

@@ -24,25 +24,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from pin_sessions.platform.batching import rows_affected
 from pin_sessions.platform.job_spec import Count, JobSpec, Phase, counter, errors
 from pin_sessions.settings import ActivityRetentionSettings
-from pin_sessions.user_activity import sql
+from pin_sessions.user_activity import repository
 from pin_sessions.user_activity.idempotency import KEY_LIFETIME
 
 if TYPE_CHECKING:
-    import uuid
     from datetime import datetime
 
-    from pin_sessions.platform.database import Connection, Database
+    from pin_sessions.platform.database import Database
     from pin_sessions.platform.jobs import JobRun, PhaseRun
-
-# Children first: their foreign keys RESTRICT the session's deletion.
-DELETES = (
-    ("action_events", sql.DELETE_ACTION_EVENTS),
-    ("property_object_views", sql.DELETE_PROPERTY_OBJECT_VIEWS),
-    ("sessions", sql.DELETE_SESSIONS),
-)
 
 PHASE = "delete"
 KEYS_PHASE = "delete-idempotency-keys"
@@ -57,7 +48,7 @@ SPEC = JobSpec(
             DELETED,
             "Rows deleted by activity retention, by table",
             labels=("table",),
-            series=(*((table,) for table, _ in DELETES), (KEYS_TABLE,)),
+            series=(*((table,) for table, _ in repository.RETIRED_ROWS), (KEYS_TABLE,)),
         ),
         errors("Failed retention batches"),
     ),
@@ -126,29 +117,19 @@ class ActivityRetentionJob:
     async def _delete_batch(self, cutoff: datetime, phase: PhaseRun) -> int:
         """One transaction: claim a batch of sessions, delete children then sessions."""
         async with self.database.transaction() as conn:
-            rows = await conn.fetch(sql.CLAIM_RETIRED_SESSIONS, cutoff, self.options.batch_size)
-            counts = await _delete_claimed(conn, [row["id"] for row in rows])
+            claimed = await repository.claim_retired_sessions(conn, cutoff, self.options.batch_size)
+            counts = await repository.delete_retired(conn, claimed)
         for table, count in counts.items():
             phase.add(table, count)
-        return len(rows)
+        return len(claimed)
 
     async def _delete_keys(self, cutoff: datetime, phase: PhaseRun) -> int:
         async with self.database.connection() as conn:
-            status = await conn.execute(
-                sql.DELETE_EXPIRED_IDEMPOTENCY_KEYS, cutoff, self.options.batch_size
+            deleted = await repository.delete_expired_idempotency_keys(
+                conn, cutoff, self.options.batch_size
             )
-        deleted = rows_affected(status)
         phase.add("deleted", deleted)
         return deleted
-
-
-async def _delete_claimed(conn: Connection, session_ids: list[uuid.UUID]) -> dict[str, int]:
-    if not session_ids:
-        return {table: 0 for table, _ in DELETES}
-    return {
-        table: rows_affected(await conn.execute(statement, session_ids))
-        for table, statement in DELETES
-    }
 
 
 def build_activity_retention_job(
