@@ -60,6 +60,7 @@ from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
 from pin_sessions.platform.tokens import ACCESS_TOKEN_TTL, TokenVerifier
 from pin_sessions.settings import KafkaSettings, PollingSettings, Settings
+from pin_sessions.user_activity import activity_http as user_activity_activity_http
 from pin_sessions.user_activity import events as user_activity_events
 from pin_sessions.user_activity import http as user_activity_http
 from pin_sessions.user_activity import internal_http as user_activity_internal_http
@@ -287,6 +288,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
     """
     routers = [
         user_activity_http.router,
+        user_activity_activity_http.router,
         user_activity_internal_http.router,
         identity_http.router,
         oauth_http.router,
