@@ -17,7 +17,7 @@ from typing import TypeVar
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.dev_stats import routes as dev_stats_routes
+from pin_sessions.dev_stats import http as dev_stats_http
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErasedConsumer
 from pin_sessions.identity import events as identity_events
@@ -292,7 +292,7 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         user_activity_internal_http.router,
         identity_http.router,
         oauth_http.router,
-        dev_stats_routes.router,
+        dev_stats_http.router,
         web_http.router,
     ]
     key_set = build_key_set(runtime)

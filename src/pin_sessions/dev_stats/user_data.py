@@ -5,7 +5,7 @@ then clears the id from the user's facts in bounded batches, each its own transa
 (``platform.batching``). A session-ended event of the user that arrives later — published
 by the activity closer just before the erasure, or delivered out of order on Kafka — is
 recorded and counted like any other, and its id cleared in the same transaction
-(``operations.record_session_ended`` asks ``is_erased``).
+(``recording.record_session_ended`` asks ``is_erased``).
 """
 
 from __future__ import annotations

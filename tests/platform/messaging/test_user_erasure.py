@@ -11,7 +11,7 @@ import uuid
 
 from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErased
 from pin_sessions.dev_stats.domain import SessionFact
-from pin_sessions.dev_stats.operations import record_session_ended
+from pin_sessions.dev_stats.recording import record_session_ended
 from pin_sessions.identity.user_data import RequestedBy, UserData
 from pin_sessions.platform.ids import new_id
 from pin_sessions.user_activity import recording, sessions

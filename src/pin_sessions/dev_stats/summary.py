@@ -1,29 +1,13 @@
-"""dev-stats use cases: record an ended session, summarise a period."""
+"""The summary of a period (``GET /api/dev-stats/sessions/summary``), from its days' rollups."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date
 
 from pin_sessions.dev_stats import durations, repository
-from pin_sessions.dev_stats.domain import Period, SessionFact
-from pin_sessions.dev_stats.user_data import is_erased
-from pin_sessions.platform.database import Connection, Database
-
-
-async def record_session_ended(conn: Connection, fact: SessionFact, *, now: datetime) -> bool:
-    """Keep the fact and count it in its day's rollup, in the caller's transaction.
-
-    False when the session was already counted; then nothing changes. The session of a
-    user erased meanwhile is counted as a user's, and its fact keeps no user id (SPEC §10).
-    """
-    erased = fact.user_id is not None and await is_erased(conn, fact.user_id)
-    recorded = await repository.record_fact(
-        conn, fact, duration_bucket=durations.bucket_of(fact.duration_seconds), now=now
-    )
-    if erased:
-        await repository.clear_fact_user(conn, fact.session_id)
-    return recorded
+from pin_sessions.dev_stats.domain import Period
+from pin_sessions.platform.database import Database
 
 
 @dataclass(frozen=True)
