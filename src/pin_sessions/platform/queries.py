@@ -29,7 +29,8 @@ A missing or unknown name is a ``TypeError`` at the call, naming the query and t
 argument. Each call is a function made for the query when it is loaded, taking exactly its
 parameters, keyword-only, and passing them on in ``$n`` order: CPython matches the names
 itself and no dictionary is built, so a named call costs about 0.1 µs more than a
-positional one (``bench/queries.py``). The statement text is built once.
+positional one (``bench/queries.py``). The statement text is built once, and the query
+is a plain attribute of ``QUERIES``.
 """
 
 from __future__ import annotations
@@ -113,11 +114,21 @@ class Query:
 
 
 class Queries(Mapping[str, Query]):
-    """The queries of one file, by name: ``QUERIES.record_fact`` or ``QUERIES["record_fact"]``."""
+    """The queries of one file, by name: ``QUERIES.record_fact`` or ``QUERIES["record_fact"]``.
+
+    Each query is an ordinary attribute of the object, set once here, so ``QUERIES.name``
+    in a repository costs what any attribute does; ``__getattr__``, which Python calls
+    only after that lookup failed, raising and catching an ``AttributeError`` (about
+    1 µs, ``bench/queries.py``), is left for a name the file does not have.
+    """
 
     def __init__(self, origin: str, queries: Mapping[str, Query]) -> None:
         self.origin = origin
         self._queries = dict(queries)
+        for name, query in self._queries.items():
+            if name in vars(self) or hasattr(type(self), name):
+                raise QueryFileError(f"{origin}: {name!r} is taken by the queries object")
+            setattr(self, name, query)
 
     def __getattr__(self, name: str) -> Query:
         if name.startswith("_"):
