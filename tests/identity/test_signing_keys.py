@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap import JOB_WORKERS, build_runtime, worker_database
-from pin_sessions.identity import sql
+from pin_sessions.identity import repository
 from pin_sessions.identity.jobs.signing_keys import SPEC as SIGNING_KEYS
 from pin_sessions.identity.keys import (
     KeyCipher,
@@ -237,7 +237,7 @@ async def test_two_jobs_at_once_create_one_key(
             await each.database.close()
     assert sorted(len(result.phases["rotate"].items["created"]) for result in results) == [0, 1]
     async with runtime.database.connection() as conn:
-        statuses = sorted(row["status"] for row in await conn.fetch(sql.SELECT_SIGNING_KEYS))
+        statuses = sorted(row["status"] for row in await repository.signing_keys(conn))
     assert statuses == ["Current", "Next"]
 
 

@@ -15,8 +15,9 @@ from datetime import datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.identity import sql
+from pin_sessions.identity.repository.loaded import QUERIES
 from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.queries import Query
 from pin_sessions.platform.runtime import Runtime
 from tests.identity.jobs.rows import insert_refresh_sessions, insert_sicr, insert_user
 from tests.identity.jobs.support import expire_once, expire_sessions_worker
@@ -140,12 +141,12 @@ async def test_a_locked_row_the_chunks_skip_stays_overdue_in_the_gauge(
 @pytest.mark.parametrize(
     ("statement", "index"),
     [
-        (sql.OLDEST_EXPIRED_REFRESH_SESSION, "ix_refresh_sessions_expires_at"),
-        (sql.OLDEST_EXPIRED_SICR, "ix_sicr_expires_at"),
+        (QUERIES.oldest_expired_refresh_session, "ix_refresh_sessions_expires_at"),
+        (QUERIES.oldest_expired_sicr, "ix_sicr_expires_at"),
     ],
 )
 async def test_the_oldest_overdue_row_is_the_first_entry_of_the_partial_index(
-    runtime: Runtime, statement: str, index: str
+    runtime: Runtime, statement: Query, index: str
 ) -> None:
     """Whatever the table holds, the gauge costs one index-only read at the index's start."""
     now = runtime.clock.now()
@@ -170,9 +171,9 @@ async def test_the_oldest_overdue_row_is_the_first_entry_of_the_partial_index(
             )
         await conn.execute("vacuum analyze")
         rows = await conn.fetch(
-            f"explain (analyze, buffers off, costs off, timing off) {statement}", now
+            f"explain (analyze, buffers off, costs off, timing off) {statement.text}", now
         )
-        oldest: datetime = await conn.fetchval(statement, now)
+        oldest: datetime = await statement.fetchval(conn, now=now)
     plan = "\n".join(row[0] for row in rows)
 
     assert oldest == old
