@@ -17,7 +17,7 @@ from pin_sessions.dev_stats.domain import SessionFact
 from pin_sessions.dev_stats.operations import record_session_ended
 from pin_sessions.dev_stats.user_data import erase_user
 from pin_sessions.platform.database import Connection, Database
-from pin_sessions.platform.erasure import DELETE_DEAD_LETTERS_OF_USER, USER_ERASED_TOPIC
+from pin_sessions.platform.erasure import USER_ERASED_TOPIC, delete_dead_letters_of_user
 from pin_sessions.platform.messaging.envelope import Message
 
 SESSION_ENDED_TOPIC = "pin.user-activity.session-ended.v1"
@@ -61,8 +61,7 @@ class UserErasedConsumer:
         await erase_user(database, user_id, now, batch_size=self.batch_size)
 
     async def handle(self, conn: Connection, message: Message, now: datetime) -> None:
-        await conn.execute(
-            DELETE_DEAD_LETTERS_OF_USER,
-            [SessionEndedConsumer.consumer],
-            message.payload["UserId"],
+        # What this context's consumers parked about the user goes too.
+        await delete_dead_letters_of_user(
+            conn, [SessionEndedConsumer.consumer], message.payload["UserId"]
         )

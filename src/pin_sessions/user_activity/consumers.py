@@ -19,7 +19,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from pin_sessions.platform.database import Connection, Database
-from pin_sessions.platform.erasure import DELETE_DEAD_LETTERS_OF_USER, USER_ERASED_TOPIC
+from pin_sessions.platform.erasure import USER_ERASED_TOPIC, delete_dead_letters_of_user
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.user_activity.linking import link_sign_in
 from pin_sessions.user_activity.user_data import erase_user, is_erased
@@ -86,6 +86,6 @@ class UserErasedConsumer:
 
     async def handle(self, conn: Connection, message: Message, now: datetime) -> None:
         # What this context's consumers parked about the user goes too.
-        await conn.execute(
-            DELETE_DEAD_LETTERS_OF_USER, [SignedInConsumer.consumer], message.payload["UserId"]
+        await delete_dead_letters_of_user(
+            conn, [SignedInConsumer.consumer], message.payload["UserId"]
         )
