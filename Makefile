@@ -1,4 +1,4 @@
-# The two commands of the quick start: `make up` and `make test`.
+# The two commands of the quick start: `make up` and `make test`; `make check` is the inner loop.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test lint bench clean kafka-broker
+.PHONY: up test check lint bench clean kafka-broker
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -48,6 +48,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# Lint, types, and every test that needs nothing beyond this process and PostgreSQL: the unit
+# and in-process API tests. The `e2e` ones (processes, HTTP servers, browsers, brokers) are
+# marked at collection (tests/support/markers.py) and left to `make test`.
+check: lint
+	$(BIN)/pytest -m "not e2e"
 
 # The Prometheus Operator's copy of deploy/prometheus/*.yml (a test keeps them equal).
 deploy/kubernetes/prometheus-rule.yaml: deploy/prometheus/*.yml deploy/kubernetes/generate_prometheus_rule.py | $(BIN)/python

@@ -57,12 +57,7 @@ import psutil
 from pin_sessions.identity.jobs.expire_sessions import (
     build_expire_sessions_job,
 )
-from pin_sessions.identity.sql import (
-    COUNT_EXPIRED_REFRESH_SESSIONS,
-    COUNT_EXPIRED_SICR,
-    EXPIRE_REFRESH_SESSIONS,
-    EXPIRE_SICR,
-)
+from pin_sessions.identity.repository.loaded import QUERIES
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
@@ -248,8 +243,8 @@ async def baseline(dsn: str, now: datetime) -> float:
     conn = await asyncpg.connect(dsn)
     try:
         started = time.perf_counter()
-        await conn.execute(EXPIRE_REFRESH_SESSIONS, now)
-        await conn.execute(EXPIRE_SICR, now)
+        await QUERIES.expire_refresh_sessions.execute(conn, now=now)
+        await QUERIES.expire_sicr.execute(conn, now=now)
         elapsed: float = time.perf_counter() - started
         return elapsed
     finally:
@@ -286,8 +281,8 @@ async def count_plans(dsn: str, now: datetime) -> dict[str, dict[str, Any]]:
     try:
         plans = {}
         for phase, statement in (
-            ("refresh", COUNT_EXPIRED_REFRESH_SESSIONS),
-            ("sicr", COUNT_EXPIRED_SICR),
+            ("refresh", QUERIES.count_expired_refresh_sessions.text),
+            ("sicr", QUERIES.count_expired_sicr.text),
         ):
             explained = await conn.fetchval(
                 f"explain (analyze, buffers, format json) {statement}", now

@@ -76,7 +76,7 @@ def _roles(bus: str, database: Database, broker: KafkaCluster) -> list[Role]:
     if bus == "postgres":
         return [PostgresBusConsumer(runner, database, clock, metrics, batch_size=500)]
     replicas = broker.replication_factor
-    policy = TopicPolicy(replicas, max(replicas - 1, 1))
+    policy = TopicPolicy(replicas)
     return [
         OutboxRelay(database, clock, metrics, broker.bootstrap, topic_policy=policy),
         KafkaConsumer(
@@ -243,7 +243,10 @@ def main() -> None:
         "durationSeconds": args.duration,
         "brokers": args.brokers,
     }
-    with tempfile.TemporaryDirectory() as workdir, test_server(Path(workdir)) as admin_dsn:
+    with (
+        tempfile.TemporaryDirectory() as workdir,
+        test_server(Path(workdir), settings={}) as admin_dsn,
+    ):
         args.pgdata = Path(workdir) / "pg"
         databases = DatabaseFactory(admin_dsn)
         databases.prepare_template()
@@ -259,7 +262,7 @@ def main() -> None:
                     databases.drop(dsn)
         finally:
             broker.stop()
-            databases.drop_template()
+            databases.close()
     print(json.dumps(results, indent=2))
 
 

@@ -56,7 +56,10 @@ def main() -> None:
         settle_timeout=300.0,
     )
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as workdir, test_server(Path(workdir)) as admin_dsn:
+    with (
+        tempfile.TemporaryDirectory() as workdir,
+        test_server(Path(workdir), settings={}) as admin_dsn,
+    ):
         databases = DatabaseFactory(admin_dsn)
         databases.prepare_template()
         try:
@@ -72,7 +75,7 @@ def main() -> None:
                         broker.stop()
                     databases.drop(dsn)
         finally:
-            databases.drop_template()
+            databases.close()
     print(json.dumps(results, indent=2))
 
 

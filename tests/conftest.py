@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -18,7 +19,8 @@ from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import Settings, load_settings
 from tests.support.http import LiveServer, in_process
-from tests.support.postgres import DatabaseFactory, test_server
+from tests.support.markers import mark_e2e
+from tests.support.postgres import THROWAWAY_SERVER_SETTINGS, DatabaseFactory, test_server
 
 TEST_SECRET_KEY = "test-secret-key-long-enough-for-every-derived-key"
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -34,9 +36,30 @@ class LogCapture(io.StringIO):
 _LOGS = LogCapture()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``e2e`` on every test that starts a process, serves HTTP or drives a browser or broker
+    (tests/support/markers.py): ``make check`` runs the others."""
+    mark_e2e(items)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _json_logs() -> None:
     configure_logging("info", stream=_LOGS)
+
+
+@pytest.fixture(autouse=True)
+async def _tasks_end_with_their_test() -> AsyncIterator[None]:
+    """Tests share their process's event loop (one browser per process needs it): what a test
+    leaves running is cancelled as it ends, as closing a loop of its own did."""
+    before = asyncio.all_tasks()
+    yield
+    left = asyncio.all_tasks() - before - {asyncio.current_task()}
+    for task in left:
+        task.cancel()
+    if left:
+        # As asyncio.Runner.close does: their outcomes are collected here, so none is reported
+        # later by the garbage collector, at whatever moment it runs.
+        await asyncio.wait_for(asyncio.gather(*left, return_exceptions=True), timeout=10)
 
 
 @pytest.fixture
@@ -46,13 +69,14 @@ def captured_logs() -> LogCapture:
 
 @pytest.fixture(scope="session")
 def databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseFactory]:
-    with test_server(tmp_path_factory.mktemp("postgres")) as admin_dsn:
+    workdir = tmp_path_factory.mktemp("postgres")
+    with test_server(workdir, settings=THROWAWAY_SERVER_SETTINGS) as admin_dsn:
         factory = DatabaseFactory(admin_dsn)
         factory.prepare_template()
         try:
             yield factory
         finally:
-            factory.drop_template()
+            factory.close()
 
 
 @pytest.fixture

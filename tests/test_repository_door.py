@@ -22,7 +22,7 @@ STATEMENT_CALLS = frozenset(
     {"fetch", "fetchrow", "fetchval", "execute", "executemany", "prepare", "cursor"}
 )
 # Contexts whose SQL lives in queries.sql behind a repository.
-CONTEXTS = ["dev_stats", "user_activity"]
+CONTEXTS = ["dev_stats", "identity", "user_activity"]
 
 
 def _outside_the_repository(context: str) -> list[Path]:

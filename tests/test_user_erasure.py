@@ -83,12 +83,14 @@ async def _a_users_life(
     ).status_code == 201
     clock.advance(timedelta(minutes=20))
     await close_once(runtime, CollectorRegistry())
-    await _sign_in(http, phone, phone_device)
+    # The phone browses as a guest, then signs in: the sign-in event links the session the
+    # view started (signed in first, the event could be consumed before that session existed).
     view = {"propertyObjectId": str(new_id())}
     response = await http.post(
         "/api/user-activity/property-views", headers={**device(phone_device)}, json=view
     )
     assert response.status_code == 201
+    await _sign_in(http, phone, phone_device)
     user_id: str = tokens["userId"]
 
     async def counted_and_linked() -> bool:

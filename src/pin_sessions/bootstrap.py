@@ -406,7 +406,7 @@ PUBLISHED_TOPICS = (
 
 
 def topic_policy(kafka: KafkaSettings) -> TopicPolicy:
-    return TopicPolicy(kafka.replication_factor, kafka.min_insync_replicas)
+    return TopicPolicy(kafka.replication_factor)
 
 
 def build_consumer(runtime: Runtime, name: str, metrics: MessagingMetrics) -> Role:

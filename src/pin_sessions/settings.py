@@ -288,10 +288,11 @@ class KafkaSettings(_Group):
     ssl_key_password: SecretStr | None = None
     # Whether the broker's certificate must name the host connected to.
     ssl_endpoint_identification: bool = True
-    # Replicas of every topic the service creates (SPEC §11): 3 as production runs, so a
-    # topic is never made with a single copy by a forgotten setting; a one-broker Kafka (a
-    # laptop, the compose file) sets 1, and is told so by name if it does not.
-    replication_factor: int = Field(default=3, ge=1)
+    # Replicas of every topic the service creates (SPEC §11: 1 on one broker, 3 in prod).
+    # Unset: 3, or every broker of a Kafka with fewer (a laptop's one broker), so a
+    # production cluster gets 3 without a setting and a one-broker Kafka still works. Set, it
+    # is kept: a cluster too small for it stops the relay with a line naming it.
+    replication_factor: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> KafkaSettings:
@@ -321,11 +322,6 @@ class KafkaSettings(_Group):
                 "ssl_key_location", "and PIN_KAFKA__SSL_CERTIFICATE_LOCATION go together"
             )
         return self
-
-    @property
-    def min_insync_replicas(self) -> int:
-        """RF - 1, at least 1: one replica may be away while writes go on (SPEC §11)."""
-        return max(self.replication_factor - 1, 1)
 
     def librdkafka_options(self) -> dict[str, str]:
         """The librdkafka properties every client of ours is given besides its own."""

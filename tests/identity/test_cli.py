@@ -1,4 +1,5 @@
-"""``pin-sessions token m2m`` and ``pin-sessions users grant|revoke`` as real subprocesses."""
+"""``pin-sessions token m2m`` and ``pin-sessions users grant|revoke``: called in process, but
+for the first test, which runs the real program and uses the token it prints."""
 
 from __future__ import annotations
 
@@ -13,13 +14,18 @@ import jwt
 from pin_sessions.identity.clients import ServiceClients
 from pin_sessions.platform.runtime import Runtime
 from tests.identity.flows import new_phone, refresh, sign_in
+from tests.support.cli import Ran, run_cli
 from tests.support.processes import pin_sessions
 from tests.support.tokens import verified_claims
 
 MANAGER = "user-activity.history.view-by-user"
 
 
-def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, env: dict[str, str]) -> Ran:
+    return run_cli(*args, env=env)
+
+
+def _run_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     process = pin_sessions(*args, env=env)
     out, err = process.communicate(timeout=60)
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
@@ -43,7 +49,8 @@ async def test_token_m2m_mints_what_the_token_endpoint_gives_the_registered_clie
     settings_env: dict[str, str], http: httpx.AsyncClient, runtime: Runtime
 ) -> None:
     client_id, secret = await _register(runtime, "reports", "user-activity.internal", "admin")
-    by_name = _run(
+    # The real program once, for its exit status and its streams; in process below.
+    by_name = _run_process(
         "token", "m2m", "--client", "reports", "--scope", "user-activity.internal", "admin",
         env=settings_env,
     )  # fmt: skip

@@ -9,7 +9,6 @@ expiry by the wall clock, so the server's clock starts at the real time here.
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from datetime import UTC, datetime
 
@@ -20,7 +19,7 @@ from authlib.integrations.httpx_client import OAuth2Client
 
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.settings import DEFAULT_PUBLIC_URL
-from tests.support.processes import pin_sessions
+from tests.support.cli import Ran, run_cli
 
 INTERNAL = "user-activity.internal"
 
@@ -30,10 +29,8 @@ def clock() -> FixedClock:
     return FixedClock(datetime.now(UTC))
 
 
-def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    process = pin_sessions(*args, env=env)
-    out, err = process.communicate(timeout=60)
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+def _cli(*args: str, env: dict[str, str]) -> Ran:
+    return run_cli(*args, env=env)
 
 
 def _register(env: dict[str, str], *scopes: str) -> dict[str, str]:

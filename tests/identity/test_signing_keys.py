@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap import JOB_WORKERS, build_runtime, worker_database
-from pin_sessions.identity import sql
+from pin_sessions.identity import repository
 from pin_sessions.identity.jobs.signing_keys import SPEC as SIGNING_KEYS
 from pin_sessions.identity.keys import (
     KeyCipher,
@@ -38,6 +38,7 @@ from pin_sessions.platform.secrets import ServerSecrets
 from pin_sessions.settings import Settings
 from tests.conftest import T0
 from tests.identity.flows import bearer, refresh, sign_in
+from tests.support.cli import run_cli
 from tests.support.processes import pin_sessions
 from tests.support.waiting import wait_until
 
@@ -237,11 +238,18 @@ async def test_two_jobs_at_once_create_one_key(
             await each.database.close()
     assert sorted(len(result.phases["rotate"].items["created"]) for result in results) == [0, 1]
     async with runtime.database.connection() as conn:
-        statuses = sorted(row["status"] for row in await conn.fetch(sql.SELECT_SIGNING_KEYS))
+        statuses = sorted(row["status"] for row in await repository.signing_keys(conn))
     assert statuses == ["Current", "Next"]
 
 
 def _run(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """An operator's ``keys`` command, called in process."""
+    ran = run_cli(*args, env=env)
+    return ran.returncode, ran.stdout, ran.stderr
+
+
+def _run_process(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """A ``job`` as its own process: a job installs process-wide tracing."""
     process = pin_sessions(*args, env=env)
     out, err = process.communicate(timeout=60)
     return process.returncode, out, err
@@ -288,12 +296,12 @@ async def test_keys_list_and_rotate_publish_one_next_key(settings_env: dict[str,
 
 
 def test_job_signing_keys_once_prints_what_it_did(settings_env: dict[str, str]) -> None:
-    code, out, err = _run("job", "signing-keys", "--once", env=settings_env)
+    code, out, err = _run_process("job", "signing-keys", "--once", env=settings_env)
     assert code == 0, err
     result = json.loads(out)
     assert len(result["created"]) == len(result["activated"]) == 1
     assert (result["retired"], result["dropped"]) == ([], [])
-    again = json.loads(_run("job", "signing-keys", "--once", env=settings_env)[1])
+    again = json.loads(_run_process("job", "signing-keys", "--once", env=settings_env)[1])
     assert again["created"] == []
 
 

@@ -37,8 +37,9 @@ PROVIDERS = ["webhook", "twilio", "smsru"]
 # Seconds per attempt in this module (PIN_SMS__TIMEOUT), so hangs cost little; the default
 # of 5 s is the settings' (test_settings.py).
 TIMEOUT = 1.0
-# What a hang or a trickle may take beyond the timeout: scheduling, not a second attempt.
-SLACK = 1.5
+# What a hang or a trickle may take beyond the timeout on a loaded machine: far less than the
+# trickle's 60 s, which a timeout per read (not per attempt) would wait out.
+SLACK = 10.0
 
 
 @pytest.fixture(params=PROVIDERS)
@@ -250,7 +251,8 @@ async def test_a_gateway_that_hangs_or_trickles_is_503_within_the_timeout(
     elapsed = time.monotonic() - started
     assert response.status_code == 503
     assert problem_code(response) == "IDENTITY_CODE_DELIVERY_FAILED"
-    # One attempt's timeout, not two: a timeout is not retried.
+    # One attempt, bounded as a whole: a timeout is not retried, a trickle not waited out.
+    assert gateway.attempts == 1
     assert TIMEOUT <= elapsed < TIMEOUT + SLACK
     assert await sicr_count(runtime) == 0
 

@@ -144,7 +144,7 @@ def service_query_files() -> list[Path]:
 
 def test_the_service_keeps_its_statements_in_queries_files() -> None:
     contexts = {path.parent.name for path in service_query_files()}
-    assert {"dev_stats", "user_activity"} <= contexts
+    assert {"dev_stats", "identity", "user_activity"} <= contexts
 
 
 async def test_every_query_of_the_service_prepares_on_the_schema_and_is_used_by_code(

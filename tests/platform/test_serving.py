@@ -40,7 +40,9 @@ def _env(database_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
 def _refused(url: str) -> bool:
     try:
         httpx.get(f"{url}/healthz", timeout=1)
-    except httpx.ConnectError:
+    except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
+        # Refused, or accepted into the backlog of a listener that then closed: hung up on
+        # without an answer. Either way no longer served.
         return True
     return False
 

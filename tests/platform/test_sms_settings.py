@@ -11,6 +11,7 @@ import pytest
 
 from pin_sessions.settings import SettingsError, SmsProvider, load_settings
 from tests.conftest import TEST_SECRET_KEY
+from tests.support.cli import run_cli
 from tests.support.processes import pin_sessions
 from tests.support.sms_gateways import CONFIGURED_GATEWAY
 
@@ -121,16 +122,14 @@ NO_GATEWAY_IN_PROD = (
 def test_the_server_refuses_to_start_with_one_line_and_exit_2(
     environ: dict[str, str], line: str, tmp_path: Path
 ) -> None:
-    process = pin_sessions("serve", env={**environ, "PIN_DATA_DIR": str(tmp_path)})
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 2
-    assert err.strip() == line
+    ran = run_cli("serve", env={**environ, "PIN_DATA_DIR": str(tmp_path)})
+    assert ran.returncode == 2
+    assert ran.stderr.strip() == line
 
 
 def test_up_in_prod_refuses_the_log_provider_too(tmp_path: Path) -> None:
-    process = pin_sessions("up", env={**PROD, "PIN_DATA_DIR": str(tmp_path)})
-    _, err = process.communicate(timeout=60)
-    assert (process.returncode, err.strip()) == (2, NO_GATEWAY_IN_PROD)
+    ran = run_cli("up", env={**PROD, "PIN_DATA_DIR": str(tmp_path)})
+    assert (ran.returncode, ran.stderr.strip()) == (2, NO_GATEWAY_IN_PROD)
 
 
 def test_roles_that_send_no_code_start_in_prod_without_a_gateway(

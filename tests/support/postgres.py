@@ -1,21 +1,38 @@
-"""One PostgreSQL per test run; a migrated template database cloned for every test."""
+"""One PostgreSQL per test process; a migrated template database cloned for every test.
+
+Speed, not durability: the tests' throwaway server runs with ``fsync``, ``full_page_writes``
+and ``synchronous_commit`` off (a crash of it loses nothing anyone keeps), set here by ``ALTER
+SYSTEM`` on the server this module started, never by ``pin-sessions up``'s code, whose embedded
+server keeps PostgreSQL's durable defaults.
+
+Each clone is made as its test starts and dropped as it ends, never in the background:
+``CREATE`` and ``DROP DATABASE`` hold a transaction id, and the built-in bus reads only below
+the server-wide snapshot xmin, so a clone made during a test would hide its new outbox rows.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.migrations import migrate
+from tests.support.waiting import wait_until
 
 TEST_DATABASE_URL_VARIABLE = "PIN_TEST_DATABASE_URL"
+# Safe only for a server whose data nobody keeps: the embedded one of a test run.
+THROWAWAY_SERVER_SETTINGS = {"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
+STATEMENT_WAIT_SECONDS = 120.0
+T = TypeVar("T")
 
 
 def with_database(dsn: str, database: str) -> str:
@@ -25,8 +42,10 @@ def with_database(dsn: str, database: str) -> str:
 
 
 @contextmanager
-def test_server(workdir: Path) -> Iterator[str]:
-    """An admin DSN: ``PIN_TEST_DATABASE_URL`` when set, else a throwaway embedded server."""
+def test_server(workdir: Path, *, settings: Mapping[str, str]) -> Iterator[str]:
+    """An admin DSN: ``PIN_TEST_DATABASE_URL`` when set (its settings untouched), else a
+    throwaway embedded server with ``settings`` applied: the tests pass
+    :data:`THROWAWAY_SERVER_SETTINGS`, the benches none (they measure what production pays)."""
     external = os.environ.get(TEST_DATABASE_URL_VARIABLE)
     if external:
         yield external
@@ -34,29 +53,54 @@ def test_server(workdir: Path) -> Iterator[str]:
     embedded = EmbeddedPostgres(workdir / "pg", delete_on_stop=True)
     embedded.start()
     try:
+        if settings:
+            asyncio.run(_configure(embedded.admin_dsn(), settings))
         yield embedded.admin_dsn()
     finally:
         embedded.stop()
 
 
-async def _admin(admin_dsn: str, *statements: str) -> None:
+async def _configure(admin_dsn: str, settings: Mapping[str, str]) -> None:
+    """Server settings that a reload applies (no restart); back once a new session shows them."""
     conn = await asyncpg.connect(admin_dsn)
     try:
-        for statement in statements:
-            await conn.execute(statement)
+        for name, value in settings.items():
+            # Names and values are this module's constants; ALTER SYSTEM takes no parameters.
+            await conn.execute(f"alter system set {name} = '{value}'")
+        await conn.execute("select pg_reload_conf()")
     finally:
         await conn.close()
 
+    async def applied() -> bool:
+        probe = await asyncpg.connect(admin_dsn)
+        try:
+            shown = [await probe.fetchval(f"show {name}") for name in settings]
+        finally:
+            await probe.close()
+        return shown == list(settings.values())
+
+    await wait_until(applied, timeout=30, interval=0.05)
+
 
 class DatabaseFactory:
-    """Creates empty or migrated databases on the test server and drops them afterwards."""
+    """Creates migrated (or empty) databases on the test server and drops them after the test.
+
+    Through one admin connection, kept open on a loop of the factory's own thread, so a test
+    pays for neither a new connection nor a new event loop, and any thread may call it.
+    """
 
     def __init__(self, admin_dsn: str) -> None:
         self.admin_dsn = admin_dsn
         self.template = f"pin_template_{uuid.uuid4().hex[:12]}"
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="test-databases", daemon=True
+        )
+        self._thread.start()
+        self._conn: asyncpg.Connection | None = None
 
     def prepare_template(self) -> None:
-        asyncio.run(_admin(self.admin_dsn, f'create database "{self.template}"'))
+        self._execute(f'create database "{self.template}"')
 
         async def apply() -> None:
             conn = await asyncpg.connect(with_database(self.admin_dsn, self.template))
@@ -65,19 +109,36 @@ class DatabaseFactory:
             finally:
                 await conn.close()
 
-        asyncio.run(apply())
+        self._run(apply())
 
     def create(self, *, migrated: bool = True) -> str:
         name = f"pin_test_{uuid.uuid4().hex[:16]}"
         source = f' template "{self.template}"' if migrated else ""
-        asyncio.run(_admin(self.admin_dsn, f'create database "{name}"{source}'))
+        self._execute(f'create database "{name}"{source}')
         return with_database(self.admin_dsn, name)
 
     def drop(self, dsn: str) -> None:
         name = urlsplit(dsn).path.lstrip("/")
-        asyncio.run(_admin(self.admin_dsn, f'drop database if exists "{name}" with (force)'))
+        self._execute(f'drop database if exists "{name}" with (force)')
 
-    def drop_template(self) -> None:
-        asyncio.run(
-            _admin(self.admin_dsn, f'drop database if exists "{self.template}" with (force)')
-        )
+    def close(self) -> None:
+        """Drop the template and close the admin connection."""
+        try:
+            self._execute(f'drop database if exists "{self.template}" with (force)')
+            if self._conn is not None:
+                self._run(self._conn.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=STATEMENT_WAIT_SECONDS)
+            self._loop.close()
+
+    def _execute(self, statement: str) -> None:
+        async def execute() -> None:
+            if self._conn is None or self._conn.is_closed():
+                self._conn = await asyncpg.connect(self.admin_dsn)
+            await self._conn.execute(statement)
+
+        self._run(execute())
+
+    def _run(self, work: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(STATEMENT_WAIT_SECONDS)

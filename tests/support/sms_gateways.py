@@ -64,6 +64,8 @@ class GatewayServer:
     def __init__(self, provider: str) -> None:
         self.provider = provider
         self.received: list[Received] = []
+        # Every request that reached the gateway, faulty answers included: retries show here.
+        self.attempts = 0
         self.verified_signatures: list[bool] = []
         self.refused_numbers: set[str] = set()
         self._faults: deque[Fault] = deque()
@@ -140,6 +142,7 @@ class GatewayServer:
             headers = {name.lower(): value for name, value in request.headers.items()}
             received = Received(request.url.path, headers, body)
             with self._lock:
+                self.attempts += 1
                 fault = self._faults.popleft() if self._faults else None
             if fault is not None:
                 # A faulty answer takes nothing: the message is not recorded as received.

@@ -59,8 +59,9 @@ def chromium_path() -> str:
     )
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 async def browser(chromium_path: str) -> AsyncIterator[Browser]:
+    """One Chromium per test process: a launch costs seconds, a context (``device``) does not."""
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
             executable_path=chromium_path, args=CHROMIUM_ARGS, headless=True
@@ -73,7 +74,8 @@ async def browser(chromium_path: str) -> AsyncIterator[Browser]:
 
 @pytest.fixture
 async def device(browser: Browser, api_url: str) -> AsyncIterator[BrowserContext]:
-    """One browser profile (one device: its own localStorage), pointed at the live API."""
+    """A fresh browser profile for the test (one device: its own localStorage, cookies and
+    cache), pointed at the live API."""
     context = await browser.new_context(base_url=api_url)
     context.set_default_timeout(20_000)
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import structlog
 
@@ -47,11 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The program: settings from the process environment, then the command's ``run``."""
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """The program: settings from ``environ`` (by default the process environment), then the
+    command's ``run``."""
     args = build_parser().parse_args(argv)
     try:
-        settings = load_settings(os.environ)
+        settings = load_settings(os.environ if environ is None else environ)
         _check_kafka_options(settings)
     except (SettingsError, ClientOptionsRejected) as exc:
         print(str(exc), file=sys.stderr)

@@ -13,12 +13,11 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from pin_sessions.dev_stats import repository
 from pin_sessions.dev_stats.domain import SessionFact
 from pin_sessions.dev_stats.recording import record_session_ended
 from pin_sessions.dev_stats.user_data import erase_user
 from pin_sessions.platform.database import Connection, Database
-from pin_sessions.platform.erasure import USER_ERASED_TOPIC
+from pin_sessions.platform.erasure import USER_ERASED_TOPIC, delete_dead_letters_of_user
 from pin_sessions.platform.messaging.envelope import Message
 
 SESSION_ENDED_TOPIC = "pin.user-activity.session-ended.v1"
@@ -63,6 +62,6 @@ class UserErasedConsumer:
 
     async def handle(self, conn: Connection, message: Message, now: datetime) -> None:
         # What this context's consumers parked about the user goes too.
-        await repository.delete_dead_letters_of_user(
+        await delete_dead_letters_of_user(
             conn, [SessionEndedConsumer.consumer], message.payload["UserId"]
         )

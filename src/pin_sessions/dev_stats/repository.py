@@ -12,7 +12,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING
 
 from pin_sessions.platform.batching import rows_affected
-from pin_sessions.platform.erasure import DELETE_DEAD_LETTERS_OF_USER, Tombstones
+from pin_sessions.platform.erasure import Tombstones
 from pin_sessions.platform.queries import load_queries
 
 if TYPE_CHECKING:
@@ -66,8 +66,3 @@ async def clear_erased_user_facts(conn: Connection, user_id: uuid.UUID, batch_si
         conn, user_id=user_id, batch_size=batch_size
     )
     return rows_affected(status)
-
-
-async def delete_dead_letters_of_user(conn: Connection, consumers: list[str], user_id: str) -> None:
-    """What ``consumers`` parked about the user (payload ``UserId``) goes with the rest."""
-    await conn.execute(DELETE_DEAD_LETTERS_OF_USER, consumers, user_id)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pin_sessions.platform.database import Connection, Database
+    from pin_sessions.platform.queries import Query
 
 # A keyset cursor's start: before any instant.
 EARLIEST = datetime.min.replace(tzinfo=UTC)
@@ -91,13 +92,13 @@ def rows_affected(status: str) -> int:
 class KeysetCursor:
     """Batches of one statement that walks an index from where its previous batch ended.
 
-    The statement takes ``$1`` the bound its rows must not pass, ``$2`` the batch size
-    and ``$3`` the cursor, and returns one row: how many rows it changed, and the highest
-    key among them (null when none). Starting at the cursor spares each batch a rescan of
-    the index entries its predecessors left behind.
+    The query takes ``:bound``, the bound its rows must not pass, ``:batch_size`` and
+    ``:reached``, the cursor, and returns one row: how many rows it changed, and the
+    highest key among them (null when none). Starting at the cursor spares each batch a
+    rescan of the index entries its predecessors left behind.
     """
 
-    statement: str
+    query: Query
     bound: datetime
     reached: datetime = EARLIEST
     # The last batch's whole row, for a statement that returns more than these two.
@@ -105,7 +106,9 @@ class KeysetCursor:
 
     async def next(self, conn: Connection, batch_size: int) -> int:
         """One batch (its own transaction); how many rows it changed."""
-        row = await conn.fetchrow(self.statement, self.bound, batch_size, self.reached)
+        row = await self.query.fetchrow(
+            conn, bound=self.bound, batch_size=batch_size, reached=self.reached
+        )
         assert row is not None  # an aggregate always returns its row
         self.row = row
         self.reached = row[1] or self.reached

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -86,3 +87,10 @@ class Tombstones:
         """
         await conn.execute(LOCK_USER_EXCLUSIVE, self.lock_class, str(user_id))
         await self.insert_erased.execute(conn, user_digest=user_digest(user_id), erased_at=now)
+
+
+async def delete_dead_letters_of_user(
+    conn: Connection, consumers: Sequence[str], user_id: str
+) -> None:
+    """What ``consumers`` parked about the user (payload ``UserId``) goes with the rest."""
+    await conn.execute(DELETE_DEAD_LETTERS_OF_USER, list(consumers), user_id)

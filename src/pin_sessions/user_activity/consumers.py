@@ -19,9 +19,8 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from pin_sessions.platform.database import Connection, Database
-from pin_sessions.platform.erasure import USER_ERASED_TOPIC
+from pin_sessions.platform.erasure import USER_ERASED_TOPIC, delete_dead_letters_of_user
 from pin_sessions.platform.messaging.envelope import Message
-from pin_sessions.user_activity import repository
 from pin_sessions.user_activity.linking import link_sign_in
 from pin_sessions.user_activity.user_data import erase_user, is_erased
 
@@ -87,6 +86,6 @@ class UserErasedConsumer:
 
     async def handle(self, conn: Connection, message: Message, now: datetime) -> None:
         # What this context's consumers parked about the user goes too.
-        await repository.delete_dead_letters_of_user(
+        await delete_dead_letters_of_user(
             conn, [SignedInConsumer.consumer], message.payload["UserId"]
         )

@@ -9,12 +9,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.identity.jobs.session_retention import build_session_retention_job
-from pin_sessions.identity.sql import (
-    DELETE_RETIRED_REFRESH_SESSIONS_BATCH,
-    DELETE_RETIRED_SICR_BATCH,
-    EXPIRE_REFRESH_SESSIONS_CHUNK,
-    EXPIRE_SICR_CHUNK,
-)
+from pin_sessions.identity.repository.loaded import QUERIES
 from pin_sessions.platform.batching import EARLIEST
 from pin_sessions.platform.jobs import PollingWorker, RunResult
 from pin_sessions.platform.runtime import Runtime
@@ -170,12 +165,16 @@ async def test_every_job_statement_finds_its_rows_through_an_index(runtime: Runt
         await insert_sicr(conn, count=500, status="Expired", created_at=old, expires_at=old)
         await conn.execute("analyze")
         expectations = [
-            (EXPIRE_REFRESH_SESSIONS_CHUNK, "ix_refresh_sessions_expires_at"),
-            (EXPIRE_SICR_CHUNK, "ix_sicr_expires_at"),
-            (DELETE_RETIRED_SICR_BATCH, "ix_sicr_retention_created_at"),
-            (DELETE_RETIRED_REFRESH_SESSIONS_BATCH, "ix_refresh_sessions_retention_created_at"),
+            (QUERIES.expire_refresh_sessions_chunk, "ix_refresh_sessions_expires_at"),
+            (QUERIES.expire_sicr_chunk, "ix_sicr_expires_at"),
+            (QUERIES.delete_retired_sicr_batch, "ix_sicr_retention_created_at"),
+            (
+                QUERIES.delete_retired_refresh_sessions_batch,
+                "ix_refresh_sessions_retention_created_at",
+            ),
         ]
-        for sql, index in expectations:
-            rows = await conn.fetch(f"explain {sql}", now, 5000, EARLIEST)
+        for query, index in expectations:
+            arguments = query.args(bound=now, batch_size=5000, reached=EARLIEST)
+            rows = await conn.fetch(f"explain {query.text}", *arguments)
             plan = "\n".join(row[0] for row in rows)
             assert "Seq Scan" not in plan and index in plan, plan

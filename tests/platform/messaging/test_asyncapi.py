@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 from pin_sessions.bootstrap import CONSUMERS, PUBLISHED_TOPICS
 from pin_sessions.platform.messaging.envelope import Message
-from pin_sessions.settings import KafkaSettings
+from pin_sessions.platform.messaging.kafka_admin import PRODUCTION_REPLICATION_FACTOR
 from tests.conftest import T0
 from tests.support.runtime import unconnected_runtime
 
@@ -46,7 +46,7 @@ def test_every_schema_topic_has_a_channel_with_six_partitions_and_nothing_else()
     # The topics the relay creates and may write (SPEC §11) are exactly these.
     assert {channel["address"] for channel in channels} == set(PUBLISHED_TOPICS)
     assert all(channel["bindings"]["kafka"]["partitions"] == 6 for channel in channels)
-    replicas = KafkaSettings().replication_factor
+    replicas = PRODUCTION_REPLICATION_FACTOR  # what an unset setting gives production's cluster
     assert all(channel["bindings"]["kafka"]["replicas"] == replicas for channel in channels)
 
 

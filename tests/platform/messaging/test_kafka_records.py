@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, Message
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from pin_sessions.platform.outbox import append
 from tests.conftest import T0
@@ -49,7 +49,7 @@ def _read_all(broker: KafkaCluster, topic: str, count: int) -> list[Message]:
 
 
 @pytest.mark.parametrize("bus", [KAFKA])
-async def test_topics_get_six_partitions_and_each_key_keeps_to_one_partition(
+async def test_topics_get_six_partitions_one_replica_on_one_broker_and_each_key_one_partition(
     pipeline: Pipeline, kafka_broker: KafkaCluster
 ) -> None:
     topic = pipeline.topic()
@@ -65,8 +65,14 @@ async def test_topics_get_six_partitions_and_each_key_keeps_to_one_partition(
             return not await conn.fetchval("select count(*) from messaging.outbox")
 
     await eventually(all_sent, tasks=pipeline.tasks)
-    metadata = AdminClient({"bootstrap.servers": kafka_broker.bootstrap}).list_topics(timeout=10)
-    assert len(metadata.topics[topic].partitions) == 6
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    partitions = admin.list_topics(timeout=10).topics[topic].partitions
+    assert len(partitions) == 6
+    # No replication factor set (the relay's default policy): a one-broker Kafka gets 1
+    # replica and min.insync.replicas 1, not a refusal of production's 3.
+    assert {len(partition.replicas) for partition in partitions.values()} == {1}
+    [config] = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    assert config.result(timeout=30)["min.insync.replicas"].value == "1"
 
     records = await asyncio.to_thread(_read_all, kafka_broker, topic, len(events))
     assert len(records) == len(events)

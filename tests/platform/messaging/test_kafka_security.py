@@ -384,10 +384,9 @@ def test_a_relay_that_may_not_create_a_missing_topic_stops_naming_it(
 def test_a_replication_factor_the_brokers_cannot_meet_stops_the_relay_naming_it(
     secure_kafka: KafkaCluster, settings_env: dict[str, str]
 ) -> None:
-    """Three replicas asked of one broker (the default, on a one-broker Kafka)."""
+    """Three replicas asked of one broker: a set RF is kept, never lowered to what fits."""
     _delete_if_present(secure_kafka, SESSION_REVOKED_TOPIC)
-    env = settings_env | secure_kafka.env()
-    del env["PIN_KAFKA__REPLICATION_FACTOR"]
+    env = settings_env | secure_kafka.env() | {"PIN_KAFKA__REPLICATION_FACTOR": "3"}
     status, lines, _ = _refused_at_start("relay", env=env)
     assert status == 1 and len(lines) == 1, lines
     assert lines[0].startswith("PIN_KAFKA__REPLICATION_FACTOR=3 is refused for "), lines

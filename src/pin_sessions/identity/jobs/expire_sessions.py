@@ -35,8 +35,7 @@ worker) gets the run's ``expiredCount``, both phases together.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -45,8 +44,8 @@ from typing import TYPE_CHECKING, ClassVar
 import structlog
 from opentelemetry import trace
 
-from pin_sessions.identity import sql
-from pin_sessions.platform.batching import KeysetCursor
+from pin_sessions.identity import repository
+from pin_sessions.identity.repository import Expiry
 from pin_sessions.platform.job_spec import (
     Count,
     JobSpec,
@@ -124,27 +123,12 @@ SPEC = JobSpec(
 @dataclass(frozen=True)
 class ExpiryPhase:
     name: str
-    count_sql: str
-    oldest_sql: str
-    expire_sql: str
-    expire_chunk_sql: str
+    statements: Expiry
 
 
 PHASES = (
-    ExpiryPhase(
-        REFRESH,
-        sql.COUNT_EXPIRED_REFRESH_SESSIONS,
-        sql.OLDEST_EXPIRED_REFRESH_SESSION,
-        sql.EXPIRE_REFRESH_SESSIONS,
-        sql.EXPIRE_REFRESH_SESSIONS_CHUNK,
-    ),
-    ExpiryPhase(
-        SICR,
-        sql.COUNT_EXPIRED_SICR,
-        sql.OLDEST_EXPIRED_SICR,
-        sql.EXPIRE_SICR,
-        sql.EXPIRE_SICR_CHUNK,
-    ),
+    ExpiryPhase(REFRESH, repository.REFRESH_EXPIRY),
+    ExpiryPhase(SICR, repository.SICR_EXPIRY),
 )
 
 
@@ -181,13 +165,17 @@ class ExpireSessionsJob:
         oldest: dict[str, float],
         outcome: PhaseRun,
     ) -> None:
-        async with self.database.connection() as conn, _lock_timeout(conn, self.options):
-            backlog: int = await conn.fetchval(phase.count_sql, now)
+        lock_timeout = lock_timeout_text(self.options.lock_timeout)
+        async with (
+            self.database.connection() as conn,
+            repository.lock_timeout(conn, lock_timeout),
+        ):
+            backlog = await repository.count_expired(conn, phase.statements, now)
             # What the phase reports left should a statement below fail: the backlog,
             # less each statement's rows as it commits (see _record).
             outcome.remaining = backlog
             if backlog > self.options.batch_size:
-                cursor = KeysetCursor(phase.expire_chunk_sql, now)
+                cursor = repository.expiry_chunks(phase.statements, now)
 
                 async def chunk() -> int:
                     flipped = await cursor.next(conn, self.options.batch_size)
@@ -198,7 +186,7 @@ class ExpireSessionsJob:
             elif backlog > 0:
 
                 async def expire_all() -> int:
-                    expired = await conn.fetchval(phase.expire_sql, now) or ()
+                    expired = await repository.expire_all(conn, phase.statements, now)
                     self._record(run, outcome, expired, run.now())
                     return len(expired)
 
@@ -238,24 +226,9 @@ async def _measure(
     oldest: dict[str, float],
 ) -> None:
     """What the phase leaves at ``now``: how many rows, how long past expiry the oldest is."""
-    outcome.remaining = await conn.fetchval(phase.count_sql, now)
-    first: datetime | None = await conn.fetchval(phase.oldest_sql, now)
+    outcome.remaining = await repository.count_expired(conn, phase.statements, now)
+    first = await repository.oldest_expired(conn, phase.statements, now)
     oldest[phase.name] = 0.0 if first is None else (now - first).total_seconds()
-
-
-@asynccontextmanager
-async def _lock_timeout(conn: Connection, options: ExpireSessionsSettings) -> AsyncIterator[None]:
-    """The phase's lock_timeout on its connection, taken off again before the pool has it back.
-
-    A pool need not reset its connections (the API's does not): whoever changes a session
-    setting puts it back.
-    """
-    await conn.execute(sql.SET_LOCK_TIMEOUT, lock_timeout_text(options.lock_timeout))
-    try:
-        yield
-    finally:
-        if not conn.is_closed():
-            await conn.execute(sql.RESET_LOCK_TIMEOUT)
 
 
 def build_expire_sessions_job(

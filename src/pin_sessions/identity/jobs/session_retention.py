@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, ClassVar
 
-from pin_sessions.identity import sql
-from pin_sessions.platform.batching import KeysetCursor
+from pin_sessions.identity import repository
 from pin_sessions.platform.job_spec import Count, JobSpec, Phase, counter, errors
 from pin_sessions.platform.jobs import JobRun, PhaseRun
 from pin_sessions.settings import SessionRetentionSettings
@@ -36,6 +35,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from pin_sessions.platform.database import Database
+    from pin_sessions.platform.queries import Query
 
 SICR_TABLE = "sign_in_confirmation_requests"
 REFRESH_TABLE = "refresh_sessions"
@@ -94,14 +94,14 @@ class SessionRetentionJob:
 
     async def run_once(self, now: datetime, run: JobRun) -> None:
         phases = (
-            ("sicr", sql.DELETE_RETIRED_SICR_BATCH, self.options.sicr_age),
-            ("refresh", sql.DELETE_RETIRED_REFRESH_SESSIONS_BATCH, self.options.refresh_age),
+            ("sicr", repository.RETIRED_SICR, self.options.sicr_age),
+            ("refresh", repository.RETIRED_REFRESH_SESSIONS, self.options.refresh_age),
         )
-        for name, statement, age in phases:
-            await run.phase(name, partial(self._delete, statement, now - age))
+        for name, query, age in phases:
+            await run.phase(name, partial(self._delete, query, now - age))
 
-    async def _delete(self, statement: str, cutoff: datetime, phase: PhaseRun) -> None:
-        cursor = KeysetCursor(statement, cutoff)
+    async def _delete(self, query: Query, cutoff: datetime, phase: PhaseRun) -> None:
+        cursor = repository.retention_batches(query, cutoff)
         async with self.database.connection() as conn:
 
             async def batch() -> int:

@@ -8,7 +8,8 @@
   librdkafka reports and keeps a refusal for the role to raise, so a password rotated under a
   running role stops it too instead of looping.
 * :func:`ensure_topics` — creates the missing topics with the settings' replication
-  (:class:`TopicPolicy`); a topic this principal may not create is reported, not retried.
+  (:class:`TopicPolicy`; unset, 3, or as many as the cluster has brokers when it has fewer);
+  a topic this principal may not create is reported, not retried.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from pin_sessions.platform.process import RoleCannotRun
 log = structlog.get_logger(__name__)
 
 PARTITIONS = 6  # SPEC §6: every topic
+# SPEC §11: "1 on one broker, 3 in prod" — what an unset PIN_KAFKA__REPLICATION_FACTOR gives.
+PRODUCTION_REPLICATION_FACTOR = 3
 ADMIN_TIMEOUT_SECONDS = 10.0
 EXIT_BAD_SETTING = 2
 
@@ -48,17 +51,31 @@ class TopicMissing(RoleCannotRun):
 
 @dataclass(frozen=True)
 class TopicPolicy:
-    """How the service makes a topic: 6 partitions, RF and ``min.insync.replicas`` as set."""
+    """How the service makes a topic: 6 partitions, RF as set (None: chosen by
+    :meth:`for_cluster`) and ``min.insync.replicas`` one less, at least 1."""
 
-    replication_factor: int = 1
-    min_insync_replicas: int = 1
+    replication_factor: int | None = None
     partitions: int = PARTITIONS
+
+    def for_cluster(self, brokers: int) -> TopicPolicy:
+        """The RF a cluster of ``brokers`` gets when none is set: 3, as production runs, or
+        every broker of a smaller Kafka (a laptop's one broker). A set RF is kept, and a
+        cluster too small for it refuses it by name (:func:`ensure_topics`)."""
+        if self.replication_factor is not None:
+            return self
+        chosen = max(min(PRODUCTION_REPLICATION_FACTOR, brokers), 1)
+        return TopicPolicy(chosen, self.partitions)
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """RF - 1, at least 1: one replica may be away while writes go on (SPEC §11)."""
+        return max((self.replication_factor or 1) - 1, 1)
 
     def new_topic(self, name: str) -> NewTopic:
         return NewTopic(
             name,
             num_partitions=self.partitions,
-            replication_factor=self.replication_factor,
+            replication_factor=self.replication_factor or 1,
             config={"min.insync.replicas": str(self.min_insync_replicas)},
         )
 
@@ -144,10 +161,11 @@ def ensure_topics(admin: AdminClient, topics: Iterable[str], policy: TopicPolicy
     A topic another process just made is fine. A topic that exists is left as it is: its
     replication is the operator's once made.
     """
-    existing = set(admin.list_topics(timeout=ADMIN_TIMEOUT_SECONDS).topics)
-    missing = [topic for topic in topics if topic not in existing]
+    cluster = admin.list_topics(timeout=ADMIN_TIMEOUT_SECONDS)
+    missing = [topic for topic in topics if topic not in set(cluster.topics)]
     if not missing:
         return set()
+    policy = policy.for_cluster(len(cluster.brokers))
     futures = admin.create_topics(
         [policy.new_topic(topic) for topic in missing], operation_timeout=ADMIN_TIMEOUT_SECONDS
     )

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pin_sessions.platform.batching import rows_affected
-from pin_sessions.platform.erasure import DELETE_DEAD_LETTERS_OF_USER, Tombstones
+from pin_sessions.platform.erasure import Tombstones
 from pin_sessions.platform.streamed_json import keyset_rows
 from pin_sessions.user_activity.repository.loaded import QUERIES
 
@@ -44,11 +44,6 @@ async def delete_erased_user_rows(
 ) -> int:
     """One batch of ``delete`` (one of ``ERASURE_DELETES``): how many rows went."""
     return rows_affected(await delete.execute(conn, user_id=user_id, batch_size=batch_size))
-
-
-async def delete_dead_letters_of_user(conn: Connection, consumers: list[str], user_id: str) -> None:
-    """What ``consumers`` parked about the user (payload ``UserId``) goes with the rest."""
-    await conn.execute(DELETE_DEAD_LETTERS_OF_USER, consumers, user_id)
 
 
 def _paged(query: Query, key: str) -> str:
