@@ -51,15 +51,12 @@ import psutil
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
-from pin_sessions.platform.jobs import PollingWorker
+from pin_sessions.platform.jobs import PollingWorker, RunResult
 from pin_sessions.platform.logging import configure_logging
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.migrations import migrate
 from pin_sessions.settings import ActivityCloserSettings
-from pin_sessions.user_activity.jobs.activity_closer import (
-    ActivityCloserResult,
-    build_activity_closer_job,
-)
+from pin_sessions.user_activity.jobs.activity_closer import build_activity_closer_job
 
 T = TypeVar("T")
 
@@ -313,13 +310,13 @@ async def job_pass(
     now: datetime,
     options: ActivityCloserSettings,
     profile: bool,
-) -> tuple[Cost, ActivityCloserResult, dict[str, int]]:
+) -> tuple[Cost, RunResult, dict[str, int]]:
     dsn = with_database(server.dsn, database)
     pool = Database(dsn, max_size=2)
     await pool.open()
     try:
         registry = new_registry()
-        job = build_activity_closer_job(pool, options, registry)
+        job = build_activity_closer_job(pool, options)
         worker = PollingWorker(
             job, clock=FixedClock(now), interval=options.polling_interval, registry=registry
         )
@@ -382,7 +379,7 @@ async def run(server: Server, args: argparse.Namespace) -> dict[str, Any]:
             "job", lambda copy: job_pass(server, copy, now, options, profile)
         )
         assert written == expected, written
-        assert (result.closed, result.views_closed, result.backlog_remaining) == (
+        assert (result.count("closed"), result.count("viewsClosed"), result.backlog_remaining) == (
             args.idle,
             args.idle,
             0,
@@ -392,7 +389,7 @@ async def run(server: Server, args: argparse.Namespace) -> dict[str, Any]:
 
     baseline_costs: list[Cost] = []
     job_costs: list[Cost] = []
-    results: list[ActivityCloserResult] = []
+    results: list[RunResult] = []
     message_ids = [""]
     await on_admin(f'create database "{source}"')
     try:
@@ -427,8 +424,10 @@ async def run(server: Server, args: argparse.Namespace) -> dict[str, Any]:
             "batchSize": options.batch_size,
             "ratioToBaseline": ratio,
             "roundRatios": round_ratios,
-            "batches": results[0].batches,
-            "longestBatchTransactionMs": round(max(r.longest_batch_ms for r in results), 1),
+            "batches": results[0].phases["close"].progress.batches,
+            "longestBatchTransactionMs": round(
+                max(r.phases["close"].progress.longest_batch_ms for r in results), 1
+            ),
             "outboxRows": expected["outbox_rows"],
             "once": results[0].to_json(),
         },

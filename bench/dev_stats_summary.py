@@ -57,7 +57,8 @@ import httpx
 
 from pin_sessions.dev_stats.domain import MAX_PERIOD_DAYS, Period, SessionFact
 from pin_sessions.dev_stats.durations import MAX_DURATION_SECONDS, MAX_RELATIVE_ERROR
-from pin_sessions.dev_stats.operations import record_session_ended, summarize
+from pin_sessions.dev_stats.recording import record_session_ended
+from pin_sessions.dev_stats.summary import summarize
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.logging import configure_logging

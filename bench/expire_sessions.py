@@ -55,19 +55,13 @@ import asyncpg
 import psutil
 
 from pin_sessions.identity.jobs.expire_sessions import (
-    ExpireSessionsResult,
     build_expire_sessions_job,
 )
-from pin_sessions.identity.sql import (
-    COUNT_EXPIRED_REFRESH_SESSIONS,
-    COUNT_EXPIRED_SICR,
-    EXPIRE_REFRESH_SESSIONS,
-    EXPIRE_SICR,
-)
+from pin_sessions.identity.repository.loaded import QUERIES
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.embedded import EmbeddedPostgres
-from pin_sessions.platform.jobs import PollingWorker
+from pin_sessions.platform.jobs import PollingWorker, RunResult
 from pin_sessions.platform.logging import configure_logging
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.migrations import migrate
@@ -249,8 +243,8 @@ async def baseline(dsn: str, now: datetime) -> float:
     conn = await asyncpg.connect(dsn)
     try:
         started = time.perf_counter()
-        await conn.execute(EXPIRE_REFRESH_SESSIONS, now)
-        await conn.execute(EXPIRE_SICR, now)
+        await QUERIES.expire_refresh_sessions.execute(conn, now=now)
+        await QUERIES.expire_sicr.execute(conn, now=now)
         elapsed: float = time.perf_counter() - started
         return elapsed
     finally:
@@ -259,14 +253,14 @@ async def baseline(dsn: str, now: datetime) -> float:
 
 async def job_pass(
     dsn: str, now: datetime, batch_size: int, *, passes: int = 1
-) -> tuple[list[float], ExpireSessionsResult]:
+) -> tuple[list[float], RunResult]:
     """``passes`` passes of one worker on a new pool; the seconds of each, the last result."""
     database = Database(dsn, max_size=2)
     await database.open()
     try:
         registry = new_registry()
         options = ExpireSessionsSettings(batch_size=batch_size)
-        job = build_expire_sessions_job(database, options, registry)
+        job = build_expire_sessions_job(database, options)
         worker = PollingWorker(
             job, clock=FixedClock(now), interval=options.polling_interval, registry=registry
         )
@@ -287,8 +281,8 @@ async def count_plans(dsn: str, now: datetime) -> dict[str, dict[str, Any]]:
     try:
         plans = {}
         for phase, statement in (
-            ("refresh", COUNT_EXPIRED_REFRESH_SESSIONS),
-            ("sicr", COUNT_EXPIRED_SICR),
+            ("refresh", QUERIES.count_expired_refresh_sessions.text),
+            ("sicr", QUERIES.count_expired_sicr.text),
         ):
             explained = await conn.fetchval(
                 f"explain (analyze, buffers, format json) {statement}", now
@@ -302,6 +296,11 @@ async def count_plans(dsn: str, now: datetime) -> dict[str, dict[str, Any]]:
         return plans
     finally:
         await conn.close()
+
+
+def _expired(result: RunResult) -> int:
+    """Rows both phases flipped."""
+    return result.count("refreshExpired") + result.count("sicrExpired")
 
 
 def spread(seconds: list[float]) -> dict[str, float]:
@@ -321,7 +320,7 @@ async def noop_passes(
     for _ in range(args.noop_rounds):
         restarted = await asyncio.to_thread(server.restart)
         timings, result = await job_pass(dsn, now, args.batch_size, passes=args.noop_passes)
-        assert result.expired == 0 and result.backlog_remaining == 0, result.to_json()
+        assert _expired(result) == 0 and result.backlog_remaining == 0, result.to_json()
         cold.append(timings[0])
         warm.extend(timings[1:])
     return {
@@ -392,9 +391,9 @@ async def run(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     def rate(seconds: float) -> int:
         return round(expired / seconds)
 
-    assert default.refresh.expired + default.sicr.expired == expired
-    assert chunked.refresh.expired + chunked.sicr.expired == expired
-    longest_chunk_ms = max(chunked.refresh.longest_statement_ms, chunked.sicr.longest_statement_ms)
+    assert _expired(default) == expired
+    assert _expired(chunked) == expired
+    longest_chunk_ms = max(p.progress.longest_batch_ms for p in chunked.phases.values())
     chunked_ratio = round(rate(chunked_s[0]) / rate(baseline_s), 3)
     return {
         "rows": rows(args),
@@ -410,7 +409,7 @@ async def run(server: Server, args: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(chunked_s[0], 3),
             "rowsPerSecond": rate(chunked_s[0]),
             "ratioToBaseline": chunked_ratio,
-            "chunks": chunked.refresh.chunks + chunked.sicr.chunks,
+            "chunks": sum(p.progress.batches for p in chunked.phases.values()),
             "longestChunkTransactionMs": round(longest_chunk_ms, 1),
         },
         "noopPass": noop,

@@ -12,12 +12,12 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.dev_stats import routes as dev_stats_routes
+from pin_sessions.dev_stats import http as dev_stats_http
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErasedConsumer
 from pin_sessions.identity import events as identity_events
@@ -62,6 +62,7 @@ from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.secrets import resolve_server_secrets
 from pin_sessions.platform.tokens import ACCESS_TOKEN_TTL, TokenVerifier
 from pin_sessions.settings import KafkaSettings, PollingSettings, Settings
+from pin_sessions.user_activity import activity_http as user_activity_activity_http
 from pin_sessions.user_activity import events as user_activity_events
 from pin_sessions.user_activity import http as user_activity_http
 from pin_sessions.user_activity import internal_http as user_activity_internal_http
@@ -313,10 +314,11 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
     """
     routers = [
         user_activity_http.router,
+        user_activity_activity_http.router,
         user_activity_internal_http.router,
         identity_http.router,
         oauth_http.router,
-        dev_stats_routes.router,
+        dev_stats_http.router,
         web_http.router,
     ]
     key_set = build_key_set(runtime)
@@ -355,15 +357,15 @@ OptionsT = TypeVar("OptionsT", bound=PollingSettings)
 
 
 def _job_worker(
-    build: Callable[[Database, OptionsT, CollectorRegistry], Job[Any]],
+    build: Callable[[Database, OptionsT], Job],
     group: Callable[[Settings], OptionsT],
-) -> Callable[[Runtime], PollingWorker[Any]]:
+) -> Callable[[Runtime], PollingWorker]:
     """A job built from its settings group, polled at that group's interval."""
 
-    def worker(runtime: Runtime) -> PollingWorker[Any]:
+    def worker(runtime: Runtime) -> PollingWorker:
         options = group(runtime.settings)
         return PollingWorker(
-            build(runtime.database, options, runtime.registry),
+            build(runtime.database, options),
             clock=runtime.clock,
             interval=options.polling_interval,
             registry=runtime.registry,
@@ -372,7 +374,7 @@ def _job_worker(
     return worker
 
 
-def _signing_keys_worker(runtime: Runtime) -> PollingWorker[Any]:
+def _signing_keys_worker(runtime: Runtime) -> PollingWorker:
     """The rotation job: it seals new keys, and drops old ones after the longest token life."""
     settings = runtime.settings
     lifetime = max(ACCESS_TOKEN_TTL, settings.m2m_token_ttl)
@@ -385,7 +387,7 @@ def _signing_keys_worker(runtime: Runtime) -> PollingWorker[Any]:
 
 
 # `pin-sessions job NAME` builds one of these; `up` runs them all as roles.
-JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker[Any]]] = {
+JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker]] = {
     "expire-sessions": _job_worker(
         expire_sessions.build_expire_sessions_job, lambda settings: settings.expire_sessions
     ),
@@ -403,23 +405,17 @@ JOB_WORKERS: dict[str, Callable[[Runtime], PollingWorker[Any]]] = {
 }
 
 
-def _without_metrics(handler: Callable[[], Handler]) -> Callable[[CollectorRegistry], Handler]:
-    """A consumer that keeps no metrics of its own beyond the runner's."""
-
-    def build(registry: CollectorRegistry) -> Handler:
-        del registry
-        return handler()
-
-    return build
-
-
 # `pin-sessions consume NAME` runs one of these; `up` runs them all. Each is built once per
-# process, on the runtime's registry.
-CONSUMERS: dict[str, Callable[[CollectorRegistry], Handler]] = {
-    "identity-signed-in": SignedInConsumer,
-    "dev-stats-session-ended": _without_metrics(SessionEndedConsumer),
-    "user-activity-user-erased": _without_metrics(ActivityUserErasedConsumer),
-    "dev-stats-user-erased": _without_metrics(DevStatsUserErasedConsumer),
+# process, from the runtime: its registry for a handler's own metrics, its settings.
+CONSUMERS: dict[str, Callable[[Runtime], Handler]] = {
+    "identity-signed-in": lambda runtime: SignedInConsumer(runtime.registry),
+    "dev-stats-session-ended": lambda runtime: SessionEndedConsumer(),
+    "user-activity-user-erased": lambda runtime: ActivityUserErasedConsumer(
+        runtime.settings.consumers.erasure_batch_size
+    ),
+    "dev-stats-user-erased": lambda runtime: DevStatsUserErasedConsumer(
+        runtime.settings.consumers.erasure_batch_size
+    ),
 }
 
 
@@ -441,20 +437,28 @@ def topic_policy(kafka: KafkaSettings) -> TopicPolicy:
 
 def build_consumer(runtime: Runtime, name: str, metrics: MessagingMetrics) -> Role:
     """The consumer on Kafka when PIN_KAFKA_BOOTSTRAP_SERVERS is set, else on the PostgreSQL bus."""
-    handler = CONSUMERS[name](runtime.registry)
+    handler = CONSUMERS[name](runtime)
     runner = ConsumerRunner(handler, runtime.database, runtime.clock, metrics)
     bootstrap_servers = runtime.settings.kafka_bootstrap_servers
+    batches = runtime.settings.consumers
     if bootstrap_servers:
         kafka = runtime.settings.kafka
         return KafkaConsumer(
             runner,
             bootstrap_servers,
             metrics,
+            batch_size=batches.batch_size,
             options=kafka.librdkafka_options(),
             topic_policy=topic_policy(kafka),
         )
     return PostgresBusConsumer(
-        runner, runtime.database, runtime.clock, metrics, all_consumers=sorted(CONSUMERS)
+        runner,
+        runtime.database,
+        runtime.clock,
+        metrics,
+        all_consumers=sorted(CONSUMERS),
+        batch_size=batches.batch_size,
+        prune_batch_size=batches.prune_batch_size,
     )
 
 
@@ -467,6 +471,8 @@ def build_relay(runtime: Runtime, metrics: MessagingMetrics) -> OutboxRelay:
         runtime.clock,
         metrics,
         bootstrap_servers,
+        batch_size=runtime.settings.relay.batch_size,
+        prune_batch_size=runtime.settings.relay.prune_batch_size,
         options=runtime.settings.kafka.librdkafka_options(),
         topic_policy=topic_policy(runtime.settings.kafka),
     )

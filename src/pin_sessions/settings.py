@@ -185,6 +185,27 @@ def _database_url(value: Any) -> Any:
     return SecretStr(text.strip())
 
 
+class ConsumersSettings(_Group):
+    """``PIN_CONSUMERS__*``: the batches of every event consumer (``pin-sessions consume``)."""
+
+    # Messages one pass reads: the PostgreSQL bus's statement, or one Kafka poll.
+    batch_size: BatchSize = 200
+    # Outbox rows the PostgreSQL bus deletes per statement once every consumer passed them.
+    prune_batch_size: BatchSize = 1000
+    # Rows of an erased user deleted or cleared per transaction (SPEC §10), so a heavy
+    # user's erasure never holds many row locks for long.
+    erasure_batch_size: BatchSize = 1000
+
+
+class RelaySettings(_Group):
+    """``PIN_RELAY__*``: the outbox relay's batches (``pin-sessions relay``)."""
+
+    # Outbox rows read and sent to Kafka per pass.
+    batch_size: BatchSize = 500
+    # Sent rows deleted per statement.
+    prune_batch_size: BatchSize = 1000
+
+
 class DatabaseSettings(_Group):
     """SPEC §9: the bounds of every database call the API makes (jobs keep their own budgets)."""
 
@@ -529,6 +550,8 @@ class Settings(BaseSettings):
     sign_in: SignInSettings = SignInSettings()
     oauth: OAuthSettings = OAuthSettings()
     kafka: KafkaSettings = KafkaSettings()
+    consumers: ConsumersSettings = ConsumersSettings()
+    relay: RelaySettings = RelaySettings()
 
     @property
     def effective_public_url(self) -> str:

@@ -108,7 +108,7 @@ async def _every_kind_of_event(
     response = await http.post("/api/identity/sessions/logout", headers=bearer(first))
     assert response.status_code == 204, response.text
     clock.advance(timedelta(minutes=20))
-    assert (await close_once(runtime, CollectorRegistry())).closed == 2
+    assert (await close_once(runtime, CollectorRegistry())).count("closed") == 2
     # A user who erases their account (SPEC §10).
     leaving = await _sign_in(http, None)
     response = await http.delete("/api/identity/me", headers=bearer(leaving))

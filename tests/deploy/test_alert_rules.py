@@ -88,7 +88,7 @@ def test_every_job_has_a_stalled_alert_on_its_exported_interval(runtime: Runtime
     exprs = {rule["alert"]: rule["expr"] for rule in alert_rules()}
     for name, build in JOB_WORKERS.items():
         worker = build(_with_registry(runtime))
-        prefix = worker.job.metric_prefix
+        prefix = worker.spec.metric_prefix
         stalled = [
             expr for expr in exprs.values() if f"{prefix}_last_success_timestamp_seconds" in expr
         ]

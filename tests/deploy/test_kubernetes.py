@@ -19,10 +19,10 @@ import yaml
 from pin_sessions.bootstrap import CONSUMERS, PUBLISHED_TOPICS
 from pin_sessions.cli.jobs import JOB_STOP_GRACE_SECONDS
 from pin_sessions.cli.messaging import STOP_GRACE_SECONDS
-from pin_sessions.platform.metrics import new_registry
 from tests.deploy.roles import API, worker_roles
 from tests.deploy.test_dockerfile import parse_dockerfile
 from tests.support.promql import PROJECT_ROOT, alert_rules, rules_files
+from tests.support.runtime import unconnected_runtime
 
 KUBERNETES_DIR = PROJECT_ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.30"
@@ -435,7 +435,7 @@ def test_each_kafka_role_is_a_user_of_its_own_allowed_only_its_topics() -> None:
         for operation in ("Create", "Describe", "Write")
     }
     for name, build in CONSUMERS.items():
-        topic = build(new_registry()).topic
+        topic = build(unconnected_runtime()).topic
         assert acls(f"pin-sessions-consume-{name}") == {
             ("topic", topic, "Describe"),
             ("topic", topic, "Read"),
@@ -475,7 +475,7 @@ def test_the_operators_kafka_acls_grant_what_the_manifest_grants() -> None:
     relay = re.search(r"for topic in \\\n(.*?); do", block, re.S)
 
     assert consumers == {
-        (f"pin-sessions-consume-{name}", build(new_registry()).topic, name)
+        (f"pin-sessions-consume-{name}", build(unconnected_runtime()).topic, name)
         for name, build in CONSUMERS.items()
     }
     assert relay is not None

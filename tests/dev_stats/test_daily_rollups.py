@@ -24,7 +24,7 @@ from pin_sessions.dev_stats.durations import (
     MAX_DURATION_SECONDS,
     MAX_RELATIVE_ERROR,
 )
-from pin_sessions.dev_stats.operations import record_session_ended
+from pin_sessions.dev_stats.recording import record_session_ended
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.runner import ConsumerRunner, Outcome

@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer, UserErasedConsumer
-from pin_sessions.dev_stats.erasure import erase_user
+from pin_sessions.dev_stats.user_data import erase_user
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.messaging.envelope import Message
@@ -23,7 +23,7 @@ from pin_sessions.platform.messaging.runner import ConsumerRunner, Outcome
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity.events import session_ended
 from tests.conftest import T0
-from tests.support.erasure import as_delivered, deliver, user_erased_message
+from tests.support.erasure import ERASURE_BATCH, as_delivered, deliver, user_erased_message
 from tests.support.waiting import wait_until
 from tests.user_activity.jobs.support import lock_waiters
 
@@ -68,21 +68,23 @@ async def test_the_users_facts_lose_the_id_and_keep_their_counts(
     day_before = await _day(runtime)
 
     erasure = user_erased_message(user, clock.now())
-    assert await deliver(runtime, UserErasedConsumer(), erasure) is Outcome.APPLIED
+    assert await deliver(runtime, UserErasedConsumer(ERASURE_BATCH), erasure) is Outcome.APPLIED
 
     facts = await _facts(runtime)
     assert len(facts) == 4
     assert sorted(str(f["user_id"]) for f in facts) == sorted(["None", "None", "None", str(other)])
     assert sorted(f["duration_seconds"] for f in facts) == [60, 300, 300, 300]
     assert await _day(runtime) == day_before == (1, 3, 960)
-    assert await deliver(runtime, UserErasedConsumer(), erasure) is Outcome.DUPLICATE
+    assert await deliver(runtime, UserErasedConsumer(ERASURE_BATCH), erasure) is Outcome.DUPLICATE
 
 
 async def test_a_late_session_of_an_erased_user_counts_as_a_users_without_the_id(
     runtime: Runtime, clock: FixedClock
 ) -> None:
     user = uuid.uuid4()
-    await deliver(runtime, UserErasedConsumer(), user_erased_message(user, clock.now()))
+    await deliver(
+        runtime, UserErasedConsumer(ERASURE_BATCH), user_erased_message(user, clock.now())
+    )
 
     assert await deliver(runtime, SessionEndedConsumer(), _ended(user)) is Outcome.APPLIED
 
@@ -110,7 +112,7 @@ async def test_sessions_recorded_during_the_erasure_keep_no_id(
 
     try:
         await asyncio.gather(
-            erase_user(runtime.database, user, clock.now(), batch_rows=3),
+            erase_user(runtime.database, user, clock.now(), batch_size=3),
             *(record(10) for _ in range(4)),
         )
     finally:
@@ -133,7 +135,9 @@ async def test_a_session_being_recorded_when_the_erasure_starts_is_waited_for(
     try:
         async with recorder.transaction() as conn:
             await SessionEndedConsumer().handle(conn, _ended(user), clock.now())
-            erasing = asyncio.create_task(erase_user(runtime.database, user, clock.now()))
+            erasing = asyncio.create_task(
+                erase_user(runtime.database, user, clock.now(), batch_size=ERASURE_BATCH)
+            )
 
             async def blocked_or_done() -> bool:
                 return erasing.done() or await lock_waiters(runtime) > 0

@@ -11,7 +11,7 @@ import pytest
 from pin_sessions.bootstrap import build_token_signer
 from pin_sessions.dev_stats.domain import SessionFact
 from pin_sessions.dev_stats.durations import MAX_RELATIVE_ERROR
-from pin_sessions.dev_stats.operations import record_session_ended
+from pin_sessions.dev_stats.recording import record_session_ended
 from pin_sessions.platform.runtime import Runtime
 from tests.conftest import T0
 from tests.support.users import SignedInUser, signed_in_user

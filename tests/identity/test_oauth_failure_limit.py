@@ -24,7 +24,7 @@ import pytest
 
 from pin_sessions.identity.client_authentication import FailureLog, FailureReason
 from pin_sessions.identity.clients import ServiceClients
-from pin_sessions.identity.sql import SELECT_CLIENT_CREDENTIALS
+from pin_sessions.identity.repository.loaded import QUERIES
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
@@ -315,12 +315,11 @@ async def test_every_authentication_reads_the_failures_through_the_primary_key(
     finally:
         await setup.close()
     async with runtime.database.connection() as conn:
-        rows = await conn.fetch(
-            f"explain {SELECT_CLIENT_CREDENTIALS}",
-            new_id(),
-            f"client:{new_id()}",
-            "address:198.51.7.7",
+        query = QUERIES.select_client_credentials
+        arguments = query.args(
+            client_id=new_id(), client_key=f"client:{new_id()}", address_key="address:198.51.7.7"
         )
+        rows = await conn.fetch(f"explain {query.text}", *arguments)
     plan = "\n".join(row[0] for row in rows)
     assert "Seq Scan on client_authentication_failures" not in plan, plan
     assert plan.count("client_authentication_failures_pkey") == 2, plan

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from pin_sessions.identity.domain import SignInLimits
-from pin_sessions.identity.sql import SIGN_IN_REQUEST_LIMIT_EDGES
+from pin_sessions.identity.repository.loaded import QUERIES
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.runtime import Runtime
 from tests.conftest import TEST_SECRET_KEY
@@ -116,17 +116,18 @@ async def test_each_limit_is_counted_through_an_index_not_the_whole_table(
     finally:
         await setup.close()
     async with runtime.database.connection() as conn:
-        rows = await conn.fetch(
-            f"explain {SIGN_IN_REQUEST_LIMIT_EDGES}",
-            "+447911000042",
-            now - limits.per_phone.window,
-            limits.per_phone.count - 1,
-            "198.51.0.42",
-            now - limits.per_address.window,
-            limits.per_address.count - 1,
-            now - limits.service.window,
-            limits.service.count - 1,
+        query = QUERIES.sign_in_request_limit_edges
+        arguments = query.args(
+            phone_number="+447911000042",
+            phone_since=now - limits.per_phone.window,
+            phone_offset=limits.per_phone.count - 1,
+            ip_network="198.51.0.42",
+            address_since=now - limits.per_address.window,
+            address_offset=limits.per_address.count - 1,
+            service_since=now - limits.service.window,
+            service_offset=limits.service.count - 1,
         )
+        rows = await conn.fetch(f"explain {query.text}", *arguments)
     plan = "\n".join(row[0] for row in rows)
     assert "Seq Scan" not in plan, plan
     for index in (

@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap import JOB_WORKERS, build_runtime, worker_database
-from pin_sessions.identity import sql
-from pin_sessions.identity.jobs.signing_keys import SigningKeysResult
+from pin_sessions.identity import repository
+from pin_sessions.identity.jobs.signing_keys import SPEC as SIGNING_KEYS
 from pin_sessions.identity.keys import (
     KeyCipher,
     KeyDecryptionFailed,
@@ -30,6 +30,7 @@ from pin_sessions.identity.keys import (
     rotation_plan,
 )
 from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.jobs import RunResult
 from pin_sessions.platform.key_set import REFRESH_AFTER
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.runtime import Runtime
@@ -112,12 +113,12 @@ def test_private_keys_are_sealed_under_the_secret_key_and_bound_to_their_kid() -
         cipher.open(new_key_pair().kid, sealed)  # the same ciphertext under another kid
 
 
-async def _rotate(runtime: Runtime) -> SigningKeysResult:
+async def _rotate(runtime: Runtime) -> RunResult:
     # A registry of its own: each pass builds the job afresh, as `job --once` does.
     worker = JOB_WORKERS["signing-keys"](dataclasses.replace(runtime, registry=new_registry()))
     result = await worker.run_pass(asyncio.Event())
     assert result is not None and result.succeeded
-    assert isinstance(result, SigningKeysResult)
+    assert result.spec is SIGNING_KEYS
     return result
 
 
@@ -155,7 +156,7 @@ async def test_a_token_signed_before_a_rotation_still_verifies_after_it(
 
     clock.advance(POLICY.rotate_after)
     published = await _rotate(runtime)
-    [new_kid] = published.rotate.applied.created
+    [new_kid] = published.phases["rotate"].items["created"]
     # Published an hour ahead: in the JWKS, not yet signing.
     await _published(http, clock, [old_kid, new_kid])
     signed_in = await sign_in(http)  # the first sign-in's session has expired (30 d)
@@ -166,7 +167,10 @@ async def test_a_token_signed_before_a_rotation_still_verifies_after_it(
 
     clock.advance(timedelta(minutes=5))
     switched = await _rotate(runtime)
-    assert (switched.rotate.applied.activated, switched.rotate.applied.retired) == (
+    assert (
+        switched.phases["rotate"].items["activated"],
+        switched.phases["rotate"].items["retired"],
+    ) == (
         [new_kid],
         [old_kid],
     )
@@ -178,7 +182,7 @@ async def test_a_token_signed_before_a_rotation_still_verifies_after_it(
     # The old key's last token has expired: the key goes, the new one's tokens go on.
     clock.advance(timedelta(minutes=15, seconds=30))
     dropped = await _rotate(runtime)
-    assert dropped.rotate.applied.dropped == [old_kid]
+    assert dropped.phases["rotate"].items["dropped"] == [old_kid]
     await _published(http, clock, [new_kid])
     latest = (await refresh(http, after["refreshToken"])).json()
     assert _kid(latest) == new_kid
@@ -232,9 +236,9 @@ async def test_two_jobs_at_once_create_one_key(
         await holder.close()
         for each in runtimes:
             await each.database.close()
-    assert sorted(len(result.rotate.applied.created) for result in results) == [0, 1]
+    assert sorted(len(result.phases["rotate"].items["created"]) for result in results) == [0, 1]
     async with runtime.database.connection() as conn:
-        statuses = sorted(row["status"] for row in await conn.fetch(sql.SELECT_SIGNING_KEYS))
+        statuses = sorted(row["status"] for row in await repository.signing_keys(conn))
     assert statuses == ["Current", "Next"]
 
 

@@ -1,4 +1,5 @@
-"""The job runner: one pass per tick, a failed pass never ends the loop; phases and batches."""
+"""The job runner: one pass per tick, a failed pass never ends the loop; phases and batches;
+the metrics and the result it makes from a job's declaration."""
 
 from __future__ import annotations
 
@@ -8,19 +9,30 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode, Tracer
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap import JOB_WORKERS
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
-from pin_sessions.platform.jobs import JobRun, PhaseOutcome, PollingWorker
+from pin_sessions.platform.job_spec import (
+    Count,
+    JobMetrics,
+    JobSpec,
+    Metric,
+    Phase,
+    backlog,
+    counter,
+    errors,
+    run_duration,
+)
+from pin_sessions.platform.jobs import JobRun, PhaseRun, PollingWorker
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import JobSettings, load_settings
 from tests.conftest import LogCapture
@@ -31,13 +43,9 @@ SCRIPTED_OPTIONS = JobSettings(
 )
 
 
-@dataclass(frozen=True)
-class CountResult:
-    seen: datetime
-    succeeded: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        return {"seen": self.seen.isoformat()}
+SCRIPTED = JobSpec(
+    name="scripted", metric_prefix="test_scripted", metrics=(errors("failed phases"),), phases=()
+)
 
 
 @dataclass
@@ -46,12 +54,11 @@ class ScriptedJob:
 
     script: list[bool]
     clock: FixedClock
-    name: str = "scripted"
-    metric_prefix: str = "test_scripted"
+    spec: JobSpec = SCRIPTED
     options: JobSettings = SCRIPTED_OPTIONS
     nows: list[datetime] = field(default_factory=list)
 
-    async def run_once(self, now: datetime, run: JobRun) -> CountResult:
+    async def run_once(self, now: datetime, run: JobRun) -> None:
         self.nows.append(now)
         self.clock.advance(timedelta(minutes=1))
         succeeds = self.script.pop(0)
@@ -59,7 +66,6 @@ class ScriptedJob:
             run.stop.set()
         if not succeeds:
             raise ConnectionError("database went away")
-        return CountResult(now)
 
 
 async def test_a_failed_pass_is_logged_and_counted_and_the_loop_goes_on(
@@ -98,22 +104,50 @@ async def test_the_loop_waits_for_the_interval_unless_stopped(
     await asyncio.wait_for(loop, timeout=30)
 
 
-@dataclass(kw_only=True)
-class RowsOutcome(PhaseOutcome):
-    rows: int = 0
-
-    def counts(self) -> dict[str, int]:
-        return {"rowCount": self.rows}
+def rows_spec(*phases: str, prefix: str = "test_rows") -> JobSpec:
+    """A job whose phases each count rows (``rowCount`` in their line, ``<phase>Rows`` in
+    the result) into one counter."""
+    return JobSpec(
+        name="scripted",
+        metric_prefix=prefix,
+        metrics=(
+            counter("rows_total", "rows changed"),
+            errors("failed phases"),
+        ),
+        phases=tuple(
+            Phase(
+                name,
+                counts=(Count("rows", f"{name}Rows", log="rowCount", counter="rows_total"),),
+            )
+            for name in phases
+        ),
+    )
 
 
 def job_run(
-    clock: FixedClock, tracer: Tracer, *, started: float | None = None, stop: bool = False
+    clock: FixedClock,
+    tracer: Tracer,
+    *,
+    spec: JobSpec | None = None,
+    registry: CollectorRegistry | None = None,
+    started: float | None = None,
+    stop: bool = False,
 ) -> JobRun:
     event = asyncio.Event()
     if stop:
         event.set()
-    run = JobRun(id=new_id(), job="scripted", stop=event, tracer=tracer, clock=clock)
-    return run if started is None else replace(run, started=started)
+    spec = spec or rows_spec("only")
+    run = JobRun(
+        id=new_id(),
+        spec=spec,
+        metrics=JobMetrics(spec, registry or CollectorRegistry()),
+        stop=event,
+        tracer=tracer,
+        clock=clock,
+    )
+    if started is not None:
+        run.started = started
+    return run
 
 
 def limits(batch_size: int, max_run_duration: timedelta) -> JobSettings:
@@ -135,48 +169,56 @@ async def test_a_failed_phase_is_logged_counted_and_absorbed_so_the_next_phase_r
     clock: FixedClock, registry: CollectorRegistry, captured_logs: LogCapture
 ) -> None:
     tracer, exporter = recording_tracer()
-    run = job_run(clock, tracer)
-    errors = Counter("test_phase_errors_total", "failed phases", registry=registry)
-    first, second = (RowsOutcome(phase=f"{name}-{run.id}") for name in ("first", "second"))
+    # Phase names of their own: the captured log is the whole session's.
+    names = [f"{name}-{new_id()}" for name in ("first", "second")]
+    spec = rows_spec(*names, prefix="test_phase")
+    run = job_run(clock, tracer, spec=spec, registry=registry)
 
-    async def fails() -> None:
-        first.rows = 2  # committed before the failure: still reported
+    async def fails(phase: PhaseRun) -> None:
+        phase.add("rows", 2)  # committed before the failure: still reported
         raise ConnectionError("database went away")
 
-    async def succeeds() -> None:
-        second.rows = 5
+    async def succeeds(phase: PhaseRun) -> None:
+        phase.add("rows", 5)
 
-    await run.phase(first, fails, errors=errors)
-    await run.phase(second, succeeds, errors=errors)
+    first = await run.phase(names[0], fails)
+    second = await run.phase(names[1], succeeds)
 
     assert (first.failed, second.failed) == (True, False)
     assert registry.get_sample_value("test_phase_errors_total") == 1
+    assert registry.get_sample_value("test_phase_rows_total") == 7
     events = {
         event["phase"]: event
         for event in map(json.loads, captured_logs.lines())
-        if event.get("phase") in {first.phase, second.phase}
+        if event.get("phase") in names
     }
-    assert events[first.phase]["event"] == "phase failed"
-    assert events[first.phase]["exception"] == "ConnectionError: database went away"
-    assert (events[second.phase]["event"], events[second.phase]["rowCount"]) == ("phase done", 5)
+    assert events[first.name]["event"] == "phase failed"
+    assert events[first.name]["exception"] == "ConnectionError: database went away"
+    assert (events[second.name]["event"], events[second.name]["rowCount"]) == ("phase done", 5)
     spans = {span.name: span for span in exporter.get_finished_spans()}
-    failed, done = spans[f"scripted {first.phase}"], spans[f"scripted {second.phase}"]
-    assert failed.attributes == {"jobRunId": str(run.id), "phase": first.phase, "rowCount": 2}
+    failed, done = spans[f"scripted {first.name}"], spans[f"scripted {second.name}"]
+    assert failed.attributes == {"jobRunId": str(run.id), "phase": first.name, "rowCount": 2}
     assert failed.status.status_code is StatusCode.ERROR
-    assert done.attributes == {"jobRunId": str(run.id), "phase": second.phase, "rowCount": 5}
+    assert done.attributes == {"jobRunId": str(run.id), "phase": second.name, "rowCount": 5}
+    assert run.result().to_json() == {
+        "jobRunId": str(run.id),
+        f"{first.name}Rows": 2,
+        f"{second.name}Rows": 5,
+        "durationMs": run.result().duration_ms,
+    }
+    assert not run.result().succeeded
 
 
 async def test_a_phase_is_skipped_once_stop_is_set(clock: FixedClock) -> None:
     tracer, exporter = recording_tracer()
     run = job_run(clock, tracer, stop=True)
-    outcome = RowsOutcome(phase="skipped")
 
-    async def work() -> None:
-        outcome.rows = 1
+    async def work(phase: PhaseRun) -> None:
+        phase.add("rows", 1)
 
-    await run.phase(outcome, work, errors=Counter("unused", "unused", registry=None))
+    outcome = await run.phase("only", work)
 
-    assert (outcome.skipped, outcome.rows) == (True, 0)
+    assert (outcome.skipped, outcome.counts["rows"]) == (True, 0)
     assert exporter.get_finished_spans() == ()
 
 
@@ -201,9 +243,10 @@ async def test_batches_run_until_one_is_short(clock: FixedClock) -> None:
     run = job_run(clock, trace.get_tracer(__name__))
     batches = Batches([3, 3, 2, 3])
 
-    await run.batches(limits(3, timedelta(hours=1)), batches)
+    progress = await run.phases["only"].batches(limits(3, timedelta(hours=1)), batches)
 
     assert batches.ran == [3, 3, 2]
+    assert (progress.batches, progress.rows, progress.largest_batch) == (3, 8, 3)
 
 
 async def test_a_spent_run_budget_ends_the_batches_but_only_after_the_first(
@@ -213,7 +256,7 @@ async def test_a_spent_run_budget_ends_the_batches_but_only_after_the_first(
     run = job_run(clock, trace.get_tracer(__name__), started=time.monotonic() - 3600)
     batches = Batches([3, 3, 3])
 
-    await run.batches(limits(3, timedelta(minutes=1)), batches)
+    await run.phases["only"].batches(limits(3, timedelta(minutes=1)), batches)
 
     assert batches.ran == [3], "one batch of progress, then the budget ends the phase"
 
@@ -222,7 +265,7 @@ async def test_stop_during_a_batch_lets_it_finish_and_starts_no_other(clock: Fix
     run = job_run(clock, trace.get_tracer(__name__))
     batches = Batches([3, 3, 3, 3], stop=run.stop)
 
-    await run.batches(limits(3, timedelta(hours=1)), batches)
+    await run.phases["only"].batches(limits(3, timedelta(hours=1)), batches)
 
     assert batches.ran == [3, 3]
 
@@ -248,17 +291,10 @@ async def test_every_job_worker_is_built_from_its_settings_group(
         assert worker.job.options is group, name
         assert worker.interval == group.polling_interval, name
         # The stalled alert reads the cadence from here (deploy/prometheus/jobs.yml).
-        exported = registry.get_sample_value(f"{worker.job.metric_prefix}_polling_interval_seconds")
+        exported = registry.get_sample_value(
+            f"{worker.spec.metric_prefix}_polling_interval_seconds"
+        )
         assert exported == group.polling_interval.total_seconds(), name
-
-
-@dataclass(frozen=True)
-class RowsResult:
-    rows: int
-    succeeded: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rows": self.rows}
 
 
 @dataclass
@@ -267,23 +303,19 @@ class RowsJob:
 
     rows: int
     fails: bool = False
-    name: str = "rows"
-    metric_prefix: str = "test_rows"
+    spec: JobSpec = field(default_factory=lambda: rows_spec("change"))
     options: JobSettings = SCRIPTED_OPTIONS
     run_ids: list[str] = field(default_factory=list)
 
-    async def run_once(self, now: datetime, run: JobRun) -> RowsResult:
+    async def run_once(self, now: datetime, run: JobRun) -> None:
         self.run_ids.append(str(run.id))
-        outcome = RowsOutcome(phase="change")
 
-        async def change() -> None:
+        async def change(phase: PhaseRun) -> None:
             if self.fails:
                 raise ConnectionError("database went away")
-            outcome.rows = self.rows
+            phase.add("rows", self.rows)
 
-        errors = Counter("test_rows_errors_total", "failed phases", registry=CollectorRegistry())
-        await run.phase(outcome, change, errors=errors)
-        return RowsResult(outcome.rows, succeeded=not outcome.failed)
+        await run.phase("change", change)
 
 
 def lines_of_run(captured_logs: LogCapture, run_id: str) -> list[tuple[str, str]]:
@@ -332,3 +364,64 @@ async def test_a_run_that_changed_nothing_logs_at_debug_and_its_metrics_still_co
         ("phase failed", "warning"),
         ("job completed", "info"),
     ]
+
+
+@dataclass
+class BacklogJob:
+    """Two phases that each say what they left (None: could not tell)."""
+
+    left: tuple[int | None, int | None]
+    spec: JobSpec = field(
+        default_factory=lambda: JobSpec(
+            name="backlogged",
+            metric_prefix="test_backlogged",
+            metrics=(run_duration("run duration"), backlog("left"), errors("failed")),
+            phases=(Phase("a"), Phase("b")),
+        )
+    )
+    options: JobSettings = SCRIPTED_OPTIONS
+
+    async def run_once(self, now: datetime, run: JobRun) -> None:
+        for name, left in zip(("a", "b"), self.left, strict=True):
+
+            async def work(phase: PhaseRun, left: int | None = left) -> None:
+                phase.remaining = left
+
+            await run.phase(name, work)
+
+
+async def test_the_runner_times_each_run_and_sets_the_backlog_only_when_every_phase_told(
+    clock: FixedClock, registry: CollectorRegistry
+) -> None:
+    job = BacklogJob((2, 3))
+    worker = PollingWorker(job, clock=clock, interval=timedelta(0), registry=registry)
+
+    counted = await worker.run_pass(asyncio.Event())
+    assert counted is not None and counted.to_json()["backlogRemaining"] == 5
+    assert registry.get_sample_value("test_backlogged_backlog") == 5
+
+    job.left = (1, None)
+    unknown = await worker.run_pass(asyncio.Event())
+    assert unknown is not None and unknown.to_json()["backlogRemaining"] is None
+    assert registry.get_sample_value("test_backlogged_backlog") == 5, "the last full count stays"
+    assert registry.get_sample_value("test_backlogged_run_duration_ms_count") == 2
+
+
+@pytest.mark.parametrize(
+    ("metrics", "counts", "message"),
+    [
+        ((counter("rows_total", "rows"),), (), "errors_total counter"),
+        ((errors("failed"),), (Count("rows", "rows", counter="rows_total"),), "no such counter"),
+        (
+            (errors("failed"), counter("rows_total", "rows", labels=("table",))),
+            (Count("rows", "rows", counter="rows_total"),),
+            "no such counter",
+        ),
+        ((errors("failed"),), (Count("a", "same"), Count("b", "same")), "declared twice"),
+    ],
+)
+def test_a_declaration_that_does_not_add_up_is_refused(
+    metrics: tuple[Metric, ...], counts: tuple[Count, ...], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        JobSpec(name="bad", metric_prefix="bad", metrics=metrics, phases=(Phase("p", counts),))

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap import api_database, build_api, build_runtime, build_token_signer
 from pin_sessions.dev_stats.domain import SessionFact
-from pin_sessions.dev_stats.operations import record_session_ended
+from pin_sessions.dev_stats.recording import record_session_ended
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.reads import FALLBACK_REASONS, Reads
 from pin_sessions.platform.replica import ReadReplica, ReplicaState

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from jwt.utils import base64url_encode
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.identity import sql
+from pin_sessions.identity import repository
 from pin_sessions.identity.keys import KeyCipher, PublishedKeys
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.platform.runtime import Runtime
@@ -42,7 +42,7 @@ async def signing(runtime: Runtime) -> tuple[str, ec.EllipticCurvePrivateKey]:
     """The Current key, made by minting a first token, and its private half."""
     await Tokens.of(runtime).access(USER, SESSION, now=T0)
     async with runtime.database.connection() as conn:
-        row = await conn.fetchrow(sql.SELECT_CURRENT_SIGNING_KEY)
+        row = await repository.current_signing_key(conn)
     assert row is not None
     return row["kid"], KeyCipher(runtime.secrets).open(row["kid"], row["private_key"])
 

@@ -15,6 +15,10 @@ from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.runner import ConsumerRunner, Handler, Outcome
 from pin_sessions.platform.outbox import IntegrationEvent, to_json_value
 from pin_sessions.platform.runtime import Runtime
+from pin_sessions.settings import ConsumersSettings
+
+# Rows per erasure transaction where a test does not choose: the setting's default.
+ERASURE_BATCH = ConsumersSettings().erasure_batch_size
 
 
 def user_erased_message(user_id: uuid.UUID, erased_at: datetime) -> Message:

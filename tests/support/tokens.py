@@ -12,7 +12,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from pin_sessions.bootstrap import build_key_cipher, build_token_signer
-from pin_sessions.identity import sql
+from pin_sessions.identity import repository
 from pin_sessions.identity.keys import KeyCipher
 from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.platform.database import Database
@@ -61,7 +61,7 @@ class Tokens:
         claims: dict[str, Any] = jwt.decode(real, options={"verify_signature": False})
         del claims["auth_time"]
         async with self.database.connection() as conn:
-            row = await conn.fetchrow(sql.SELECT_CURRENT_SIGNING_KEY)
+            row = await repository.current_signing_key(conn)
         assert row is not None
         key = self.cipher.open(row["kid"], row["private_key"])
         return jwt.encode(claims, key, algorithm="ES256", headers=jwt.get_unverified_header(real))

@@ -25,11 +25,11 @@ from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.platform.messaging.runner import Outcome
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.user_activity import operations
 from pin_sessions.user_activity.consumers import SignedInConsumer, UserErasedConsumer
 from pin_sessions.user_activity.domain import SignedInCaller, device_info
+from pin_sessions.user_activity.sessions import callers_session
 from pin_sessions.user_activity.user_data import erase_user
-from tests.support.erasure import deliver, user_erased_message
+from tests.support.erasure import ERASURE_BATCH, deliver, user_erased_message
 from tests.support.waiting import wait_until
 from tests.user_activity.conftest import IPHONE, UserFactory, device, outbox, sessions_of
 from tests.user_activity.jobs.support import close_once, lock_waiters
@@ -107,7 +107,7 @@ async def test_the_export_needs_the_user_and_is_404_once_erased(
 ) -> None:
     user = await new_user()
     assert (await http.get(EXPORT)).status_code == 401
-    await erase_user(runtime.database, user.user_id, clock.now())
+    await erase_user(runtime.database, user.user_id, clock.now(), batch_size=ERASURE_BATCH)
 
     response = await http.get(EXPORT, headers=user.headers)
 
@@ -129,7 +129,7 @@ async def test_the_erasure_deletes_the_users_rows_and_nobody_elses(
     events_before = len(await outbox(runtime, "pin.user-activity.session-ended"))
 
     outcome = await deliver(
-        runtime, UserErasedConsumer(), user_erased_message(user.user_id, clock.now())
+        runtime, UserErasedConsumer(ERASURE_BATCH), user_erased_message(user.user_id, clock.now())
     )
 
     assert outcome is Outcome.APPLIED
@@ -179,7 +179,7 @@ async def test_the_erasure_is_idempotent_and_runs_in_batches(
     async with runtime.database.connection() as conn:
         await conn.execute(COUNT_ACTION_DELETES)
 
-    deleted = await erase_user(runtime.database, user.user_id, clock.now(), batch_rows=4)
+    deleted = await erase_user(runtime.database, user.user_id, clock.now(), batch_size=4)
 
     assert deleted == 25 + 1 + 1  # actions, the view, the session
     async with runtime.database.connection() as conn:
@@ -188,8 +188,8 @@ async def test_the_erasure_is_idempotent_and_runs_in_batches(
     assert [row["rows"] for row in statements] == [4, 4, 4, 4, 4, 4, 1]
     assert len({row["tx"] for row in statements}) == len(statements)
     assert await _rows_of(runtime, user.user_id) == 0
-    assert await erase_user(runtime.database, user.user_id, clock.now(), batch_rows=4) == 0
-    consumer = UserErasedConsumer()
+    assert await erase_user(runtime.database, user.user_id, clock.now(), batch_size=4) == 0
+    consumer = UserErasedConsumer(ERASURE_BATCH)
     assert await deliver(runtime, consumer, message) is Outcome.APPLIED
     assert await deliver(runtime, consumer, message) is Outcome.DUPLICATE
 
@@ -201,7 +201,9 @@ async def test_a_late_sign_in_of_an_erased_user_links_nothing(
     anonymous_id = new_id()
     assert (await http.post(START, headers=device(anonymous_id))).status_code == 200
     sign_in = _sign_in_message(user.user_id, anonymous_id, clock)
-    await deliver(runtime, UserErasedConsumer(), user_erased_message(user.user_id, clock.now()))
+    await deliver(
+        runtime, UserErasedConsumer(ERASURE_BATCH), user_erased_message(user.user_id, clock.now())
+    )
 
     outcome = await deliver(runtime, SignedInConsumer(CollectorRegistry()), sign_in)
 
@@ -236,7 +238,7 @@ async def test_a_request_that_passed_its_token_check_writes_nothing_once_erased(
     """The token is still live in identity here: only the tombstone stands in the way."""
     user = await new_user()
     anonymous_id = new_id()
-    await erase_user(runtime.database, user.user_id, clock.now())
+    await erase_user(runtime.database, user.user_id, clock.now(), batch_size=ERASURE_BATCH)
 
     for response in (
         await http.post(START, headers=device(anonymous_id, user)),
@@ -268,7 +270,7 @@ async def test_requests_racing_the_erasure_leave_nothing_of_the_user(
         return statuses
 
     erasing = asyncio.create_task(
-        erase_user(runtime.database, user.user_id, clock.now(), batch_rows=10)
+        erase_user(runtime.database, user.user_id, clock.now(), batch_size=10)
     )
     results = await asyncio.gather(*(act(anonymous_id) for anonymous_id in devices))
     await erasing
@@ -301,7 +303,7 @@ async def test_the_closer_racing_the_erasure_ends_each_session_once(
     try:
         await asyncio.gather(
             close_once(runtime, registry, batch_size=5, database=closer_database),
-            erase_user(runtime.database, user.user_id, clock.now(), batch_rows=5),
+            erase_user(runtime.database, user.user_id, clock.now(), batch_size=5),
         )
     finally:
         await closer_database.close()
@@ -384,14 +386,16 @@ async def test_a_request_writing_when_the_erasure_starts_is_waited_for(
     await writer.open()
     try:
         async with writer.transaction() as conn:
-            await operations.callers_session(
+            await callers_session(
                 conn,
                 anonymous_id,
                 SignedInCaller(user.user_id, clock.now()),
                 device_info(IPHONE, None),
                 clock.now(),
             )
-            erasing = asyncio.create_task(erase_user(runtime.database, user.user_id, clock.now()))
+            erasing = asyncio.create_task(
+                erase_user(runtime.database, user.user_id, clock.now(), batch_size=ERASURE_BATCH)
+            )
 
             async def blocked_or_done() -> bool:
                 return erasing.done() or await lock_waiters(runtime) > 0

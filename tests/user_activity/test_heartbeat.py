@@ -24,9 +24,10 @@ from pin_sessions.platform.database import Database
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import Settings
-from pin_sessions.user_activity import operations, sql
+from pin_sessions.user_activity import sessions
 from pin_sessions.user_activity.domain import device_info
 from pin_sessions.user_activity.http import HEARTBEAT_PATH
+from pin_sessions.user_activity.repository.loaded import QUERIES
 from tests.conftest import LogCapture
 from tests.support.http import in_process
 from tests.support.tokens import Tokens
@@ -55,14 +56,15 @@ async def heartbeat_updates(runtime: Runtime) -> None:
 async def _heartbeat_statements(runtime: Runtime) -> int:
     async with runtime.database.connection() as conn:
         count: int = await conn.fetchval(
-            "select count(*) from public.session_updates where query = $1", sql.HEARTBEAT_BATCH
+            "select count(*) from public.session_updates where query = $1",
+            QUERIES.heartbeat_batch.text,
         )
     return count
 
 
 async def _active_device(runtime: Runtime) -> uuid.UUID:
     anonymous_id = new_id()
-    await operations.start_session(
+    await sessions.start_session(
         runtime.database, anonymous_id, None, device_info(None, None), runtime.clock.now()
     )
     return anonymous_id

@@ -27,11 +27,12 @@ from pin_sessions.platform.database import Bounds, Connection, Database
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import load_settings
-from pin_sessions.user_activity import operations, sql
+from pin_sessions.user_activity import sessions
 from pin_sessions.user_activity.domain import device_info
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.http import HEARTBEAT_PATH
 from pin_sessions.user_activity.linking import link_sign_in
+from pin_sessions.user_activity.repository.loaded import QUERIES
 from tests.support.http import in_process
 from tests.support.waiting import wait_until
 from tests.user_activity.conftest import device, sessions_of
@@ -58,7 +59,7 @@ async def _active_devices(runtime: Runtime, count: int) -> list[uuid.UUID]:
     devices = []
     for _ in range(count):
         anonymous_id = new_id()
-        await operations.start_session(
+        await sessions.start_session(
             runtime.database, anonymous_id, None, device_info(None, None), runtime.clock.now()
         )
         devices.append(anonymous_id)
@@ -91,7 +92,7 @@ async def _row_lock(dsn: str, anonymous_id: uuid.UUID) -> AsyncIterator[None]:
 
 async def _alone_waiting(runtime: Runtime) -> bool:
     async with runtime.database.connection() as conn:
-        return bool(await conn.fetchval(HEARTBEAT_ALONE_WAITING, sql.HEARTBEAT_ONE))
+        return bool(await conn.fetchval(HEARTBEAT_ALONE_WAITING, QUERIES.heartbeat_one.text))
 
 
 class _GatedConnection:
@@ -105,7 +106,7 @@ class _GatedConnection:
         return getattr(self._conn, name)
 
     async def fetch(self, query: str, *args: Any, timeout: float | None = None) -> list[Any]:
-        if query == sql.HEARTBEAT_BATCH:
+        if query == QUERIES.heartbeat_batch.text:
             self._gate.held += 1
             await self._gate.opened.wait()
         return await self._conn.fetch(query, *args, timeout=timeout)
@@ -255,7 +256,7 @@ async def test_a_closer_batch_holding_a_row_holds_only_its_device(
         closed = await asyncio.wait_for(closing, DEADLINE)
         answer = await asyncio.wait_for(idle_answer, DEADLINE)
 
-    assert closed.closed == 1
+    assert closed.count("closed") == 1
     assert answer.status_code == 200, answer.text
     assert answer.json()["restarted"] is True
     old, new = await sessions_of(runtime, idle)

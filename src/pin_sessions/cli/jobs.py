@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -69,7 +69,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return run_process(run_job())
 
 
-async def _run_once(worker: PollingWorker[Any]) -> int:
+async def _run_once(worker: PollingWorker) -> int:
     stop = asyncio.Event()
     install_stop_signals(stop)
     result = await worker.run_pass(stop)
@@ -82,7 +82,7 @@ async def _run_once(worker: PollingWorker[Any]) -> int:
 
 
 async def _run_loop(
-    worker: PollingWorker[Any],
+    worker: PollingWorker,
     registry: CollectorRegistry,
     port: int | None,
     args: argparse.Namespace,

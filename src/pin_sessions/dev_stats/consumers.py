@@ -14,10 +14,10 @@ import uuid
 from datetime import datetime
 
 from pin_sessions.dev_stats.domain import SessionFact
-from pin_sessions.dev_stats.erasure import erase_user
-from pin_sessions.dev_stats.operations import record_session_ended
+from pin_sessions.dev_stats.recording import record_session_ended
+from pin_sessions.dev_stats.user_data import erase_user
 from pin_sessions.platform.database import Connection, Database
-from pin_sessions.platform.erasure import DELETE_DEAD_LETTERS_OF_USER, USER_ERASED_TOPIC
+from pin_sessions.platform.erasure import USER_ERASED_TOPIC, delete_dead_letters_of_user
 from pin_sessions.platform.messaging.envelope import Message
 
 SESSION_ENDED_TOPIC = "pin.user-activity.session-ended.v1"
@@ -52,12 +52,16 @@ class UserErasedConsumer:
     topic = USER_ERASED_TOPIC
     version = 1
 
+    def __init__(self, batch_size: int) -> None:
+        # Facts cleared per transaction (PIN_CONSUMERS__ERASURE_BATCH_SIZE).
+        self.batch_size = batch_size
+
     async def prepare(self, database: Database, message: Message, now: datetime) -> None:
-        await erase_user(database, uuid.UUID(message.payload["UserId"]), now)
+        user_id = uuid.UUID(message.payload["UserId"])
+        await erase_user(database, user_id, now, batch_size=self.batch_size)
 
     async def handle(self, conn: Connection, message: Message, now: datetime) -> None:
-        await conn.execute(
-            DELETE_DEAD_LETTERS_OF_USER,
-            [SessionEndedConsumer.consumer],
-            message.payload["UserId"],
+        # What this context's consumers parked about the user goes too.
+        await delete_dead_letters_of_user(
+            conn, [SessionEndedConsumer.consumer], message.payload["UserId"]
         )

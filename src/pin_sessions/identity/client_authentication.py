@@ -41,7 +41,7 @@ from typing import NoReturn
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from pin_sessions.identity import sql
+from pin_sessions.identity import repository
 from pin_sessions.identity.clients import (
     STAND_IN_HASH,
     Client,
@@ -126,10 +126,7 @@ class ClientAuthentication:
         parsed, network = parse_client_id(client_id), ip_network(client_ip)
         client_key, address_key = _keys(parsed, network)
         async with self._database.connection() as conn:
-            row = await conn.fetchrow(
-                sql.SELECT_CLIENT_CREDENTIALS, parsed, client_key, address_key
-            )
-        assert row is not None  # one row, the client's columns null when there is none
+            row = await repository.client_credentials(conn, parsed, client_key, address_key)
         edges = (
             limit_edge(row["client_failures"], self._limit, now),
             limit_edge(row["address_failures"], self._limit, now),
@@ -160,19 +157,13 @@ class ClientAuthentication:
         """Record the failure: 401, or 429 when a limit was reached before it."""
         keys = [key for key in _keys(client_id, network) if key is not None]
         async with self._database.connection() as conn:
-            rows = await conn.fetch(
-                sql.RECORD_CLIENT_AUTHENTICATION_FAILURE,
-                keys,
-                now,
-                now - FAILURE_WINDOW,
-                self._limit,
+            rows = await repository.record_authentication_failure(
+                conn, keys, now, now - FAILURE_WINDOW, self._limit
             )
             if self._cleaned_at is None or abs(now - self._cleaned_at) >= CLEANUP_INTERVAL:
                 self._cleaned_at = now
-                await conn.execute(
-                    sql.DELETE_EXPIRED_CLIENT_AUTHENTICATION_FAILURES,
-                    now - FAILURE_WINDOW,
-                    CLEANUP_BATCH,
+                await repository.delete_expired_authentication_failures(
+                    conn, now - FAILURE_WINDOW, CLEANUP_BATCH
                 )
         refused = [
             limit_edge(row["failed_at"], self._limit, now) for row in rows if row["last_refused"]

@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from pin_sessions.identity import sql
+from pin_sessions.identity import repository
 from pin_sessions.identity.errors import (
     AmbiguousClient,
     ClientNotActive,
@@ -121,14 +121,12 @@ class ServiceClients:
         client_id, secret = new_id(), secrets.token_urlsafe(SECRET_BYTES)
         granted = sorted(set(scopes))
         async with self._database.transaction() as conn:
-            await conn.execute(
-                sql.INSERT_CLIENT, client_id, name, secret_hash(secret), granted, now
-            )
+            await repository.insert_client(conn, client_id, name, secret_hash(secret), granted, now)
         return Client(client_id, name, tuple(granted), ClientState.ACTIVE, now, now), secret
 
     async def registered(self) -> list[Client]:
         async with self._database.connection() as conn:
-            return [client_of(row) for row in await conn.fetch(sql.SELECT_CLIENTS)]
+            return [client_of(row) for row in await repository.clients(conn)]
 
     async def find(self, id_or_name: str) -> Client:
         """The Active client with this id, or the one Active client with this name.
@@ -140,10 +138,10 @@ class ServiceClients:
         parsed = _uuid(id_or_name)
         async with self._database.connection() as conn:
             if parsed is not None:
-                row = await conn.fetchrow(sql.SELECT_CLIENT, parsed)
+                row = await repository.client(conn, parsed)
                 rows = [] if row is None else [row]
             else:
-                rows = await conn.fetch(sql.SELECT_CLIENTS_NAMED, id_or_name)
+                rows = await repository.clients_named(conn, id_or_name)
         found = [client_of(row) for row in rows]
         if not found:
             raise UnknownClient(f"no service client has the id or name {id_or_name!r}")
@@ -161,19 +159,19 @@ class ServiceClients:
         """A new secret for an Active client; the old one stops working at once."""
         secret = secrets.token_urlsafe(SECRET_BYTES)
         async with self._database.transaction() as conn:
-            if await conn.fetchval(
-                sql.ROTATE_CLIENT_CREDENTIALS, client_id, secret_hash(secret), now
+            if await repository.rotate_client_credentials(
+                conn, client_id, secret_hash(secret), now
             ):
                 return secret
-            status = await conn.fetchval(sql.SELECT_CLIENT_STATUS, client_id)
+            status = await repository.client_status(conn, client_id)
         raise UnknownClient() if status is None else ClientNotActive()
 
     async def disable(self, client_id: uuid.UUID, now: datetime) -> bool:
         """Active → Disabled; False when it was disabled already (nothing changes)."""
         async with self._database.transaction() as conn:
-            if await conn.fetchval(sql.DISABLE_CLIENT, client_id, now):
+            if await repository.disable_client(conn, client_id, now):
                 return True
-            if await conn.fetchval(sql.SELECT_CLIENT_STATUS, client_id) is None:
+            if await repository.client_status(conn, client_id) is None:
                 raise UnknownClient()
         return False
 
@@ -183,7 +181,7 @@ class ServiceClients:
         if parsed is None:
             return False
         async with self._database.connection() as conn:
-            status = await conn.fetchval(sql.SELECT_CLIENT_STATUS, parsed)
+            status = await repository.client_status(conn, parsed)
         return bool(status == ClientState.DISABLED)
 
 
@@ -240,5 +238,5 @@ class DisabledClients:
 
     async def _read(self) -> frozenset[str]:
         async with self._database.connection() as conn:
-            rows = await conn.fetch(sql.SELECT_DISABLED_CLIENT_IDS)
-        return frozenset(str(row[0]) for row in rows)
+            client_ids = await repository.disabled_client_ids(conn)
+        return frozenset(str(client_id) for client_id in client_ids)

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from jwt.algorithms import ECAlgorithm
 
-from pin_sessions.identity import sql
+from pin_sessions.identity import repository
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.secrets import ServerSecrets
 from pin_sessions.platform.tokens import ALGORITHM, ISSUED_AT_LEEWAY
@@ -160,23 +160,18 @@ async def insert_new_key(
 ) -> str | None:
     """A fresh key with ``status``; None when one with that status already exists."""
     pair = new_key_pair()
-    inserted = await conn.execute(
-        sql.INSERT_SIGNING_KEY,
-        pair.kid,
-        pair.public_jwk,
-        cipher.seal(pair.kid, pair.private_key),
-        status.value,
-        now,
+    inserted = await repository.insert_signing_key(
+        conn, pair.kid, pair.public_jwk, cipher.seal(pair.kid, pair.private_key), status.value, now
     )
-    return pair.kid if inserted.endswith(" 1") else None
+    return pair.kid if inserted else None
 
 
 async def lock_keys(conn: Connection) -> None:
-    await conn.execute(sql.LOCK_SIGNING_KEYS, sql.SIGNING_KEYS_LOCK_CLASS)
+    await repository.lock_signing_keys(conn)
 
 
 async def key_rows(conn: Connection) -> list[KeyRow]:
-    rows = await conn.fetch(sql.SELECT_SIGNING_KEYS)
+    rows = await repository.signing_keys(conn)
     return [
         KeyRow(
             row["kid"],
@@ -203,8 +198,8 @@ async def apply_plan(
     """Carry ``plan`` out in the caller's transaction, which holds the keys' lock."""
     applied = AppliedPlan()
     if plan.promote is not None:
-        applied.retired = [row[0] for row in await conn.fetch(sql.RETIRE_CURRENT_SIGNING_KEY, now)]
-        await conn.execute(sql.PROMOTE_SIGNING_KEY, plan.promote, now)
+        applied.retired = await repository.retire_current_signing_key(conn, now)
+        await repository.promote_signing_key(conn, plan.promote, now)
         applied.activated.append(plan.promote)
     for status, wanted in (
         (KeyStatus.CURRENT, plan.create_current),
@@ -216,7 +211,7 @@ async def apply_plan(
             if status is KeyStatus.CURRENT:
                 applied.activated.append(kid)
     if plan.drop:
-        await conn.execute(sql.DELETE_SIGNING_KEYS, plan.drop)
+        await repository.delete_signing_keys(conn, plan.drop)
         applied.dropped = list(plan.drop)
     return applied
 
@@ -250,7 +245,7 @@ class SigningKeyOperations:
         """A leaked key: a new key signs at once; the Current (and any Next) is deleted."""
         async with self._database.transaction() as conn:
             await lock_keys(conn)
-            deleted = [row[0] for row in await conn.fetch(sql.DELETE_UNRETIRED_SIGNING_KEYS)]
+            deleted = await repository.delete_unretired_signing_keys(conn)
             await insert_new_key(conn, self._cipher, KeyStatus.CURRENT, now)
             return await key_rows(conn), deleted
 
@@ -263,7 +258,7 @@ class PublishedKeys:
 
     async def public_keys(self) -> list[dict[str, Any]]:
         async with self._database.connection() as conn:
-            rows = await conn.fetch(sql.SELECT_PUBLIC_JWKS)
+            rows = await repository.public_jwks(conn)
         return [dict(row[0]) for row in rows]
 
 

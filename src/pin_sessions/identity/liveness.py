@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from pin_sessions.identity import sql
+from pin_sessions.identity import repository
 from pin_sessions.platform.database import Database
 
 
@@ -17,5 +17,4 @@ class RefreshSessionLiveness:
 
     async def is_active(self, session_id: uuid.UUID, user_id: uuid.UUID, now: datetime) -> bool:
         async with self._database.connection() as conn:
-            live: bool = await conn.fetchval(sql.SELECT_SESSION_IS_LIVE, session_id, user_id, now)
-            return live
+            return await repository.session_is_live(conn, session_id, user_id, now)

@@ -18,7 +18,7 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from pin_sessions.identity import sql
+from pin_sessions.identity import repository
 from pin_sessions.identity.keys import KeyCipher, KeyStatus, insert_new_key
 from pin_sessions.platform.database import Connection
 from pin_sessions.platform.ids import new_id
@@ -100,10 +100,10 @@ class TokenSigner:
     async def _current_key(
         self, conn: Connection, now: datetime
     ) -> tuple[str, ec.EllipticCurvePrivateKey]:
-        row = await conn.fetchrow(sql.SELECT_CURRENT_SIGNING_KEY)
+        row = await repository.current_signing_key(conn)
         if row is None:
             await insert_new_key(conn, self._cipher, KeyStatus.CURRENT, now)
-            row = await conn.fetchrow(sql.SELECT_CURRENT_SIGNING_KEY)
+            row = await repository.current_signing_key(conn)
             assert row is not None  # ours, or the racing signer's that made ours a no-op
         kid: str = row["kid"]
         if self._opened is None or self._opened[0] != kid:

@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from pin_sessions.identity import devices, events, sql
+from pin_sessions.identity import devices, events, repository
 from pin_sessions.identity.domain import RevokedReason
 from pin_sessions.identity.errors import RecentSignInRequired, UnknownPhoneNumber, UserErased
 from pin_sessions.platform import outbox
@@ -27,7 +27,6 @@ from pin_sessions.platform.auth import UserPrincipal
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.errors import ServiceUnavailable
 from pin_sessions.platform.logging import mask_ip
-from pin_sessions.platform.streamed_json import keyset_rows
 
 log = structlog.get_logger(__name__)
 
@@ -81,7 +80,7 @@ class UserData:
 
     async def erasure(self, user_id: uuid.UUID) -> Erasure | None:
         async with self._database.connection() as conn:
-            row = await conn.fetchrow(sql.SELECT_ERASURE, user_id)
+            row = await repository.erasure(conn, user_id)
         return None if row is None else _erasure(row, new=False)
 
     async def erase_own(self, principal: UserPrincipal, now: datetime) -> Erasure:
@@ -101,7 +100,7 @@ class UserData:
         for _ in range(MAX_ATTEMPTS):
             try:
                 async with self._database.transaction() as conn:
-                    user = await conn.fetchrow(sql.SELECT_USER, user_id)
+                    user = await repository.user(conn, user_id)
                     erasure = None
                     if user is not None:
                         erasure = await self._erase(
@@ -122,7 +121,7 @@ class UserData:
             except asyncpg.ForeignKeyViolationError:
                 continue  # a sign-in opened a session meanwhile: erase it too
             async with self._database.connection() as conn:
-                done = await conn.fetchrow(sql.SELECT_ERASURE, user_id)
+                done = await repository.erasure(conn, user_id)
             if done is None:
                 raise UnknownPhoneNumber("no such user")
             return _erasure(done, new=False)
@@ -146,16 +145,18 @@ class UserData:
         """
         by_user = requested_by is RequestedBy.USER
         reason = RevokedReason.REVOKED_BY_USER if by_user else RevokedReason.ADMIN
-        await conn.execute(sql.DELETE_PHONE_SIGN_IN_REQUESTS, phone_number)
-        revoked = await conn.fetch(sql.REVOKE_ALL_USER_SESSIONS, user_id, now, reason.value)
-        await conn.execute(sql.DELETE_USER_SESSIONS, user_id)
-        await conn.execute(sql.DELETE_USER_PERMISSIONS, user_id)
-        if await conn.fetchval(sql.DELETE_USER, user_id) is None:
+        await repository.delete_phone_sign_in_requests(conn, phone_number)
+        revoked = await repository.revoke_all_user_sessions(conn, user_id, now, reason.value)
+        await repository.delete_user_sessions(conn, user_id)
+        await repository.delete_user_permissions(conn, user_id)
+        if not await repository.delete_user(conn, user_id):
             return None
-        published = [events.session_revoked(row["id"], user_id, now, reason) for row in revoked]
+        published = [
+            events.session_revoked(session.id, user_id, now, reason) for session in revoked
+        ]
         erased = events.user_erased(user_id, now)
         published.append(erased)
-        await conn.execute(sql.INSERT_ERASURE, user_id, now, requested_by.value, erased.message_id)
+        await repository.insert_erasure(conn, user_id, now, requested_by.value, erased.message_id)
         await outbox.append_all(conn, published, now=now)
         return Erasure(user_id, now, requested_by, erased.message_id, new=True)
 
@@ -166,12 +167,12 @@ class UserData:
         before anything is read, so an HTTP answer can still say so.
         """
         async with self._database.connection() as conn:
-            user = await conn.fetchrow(sql.SELECT_USER, user_id)
+            user = await repository.user(conn, user_id)
             if user is None:
-                if await conn.fetchrow(sql.SELECT_ERASURE, user_id) is not None:
+                if await repository.erasure(conn, user_id) is not None:
                     raise UserErased()
                 raise UnknownPhoneNumber("no such user")
-            grants = await conn.fetch(sql.SELECT_USER_PERMISSION_GRANTS, user_id)
+            grants = await repository.permission_grants(conn, user_id)
         return {
             "userId": user_id,
             "exportedAt": now,
@@ -185,12 +186,7 @@ class UserData:
         }
 
     async def _sign_in_requests(self, phone_number: str) -> AsyncIterator[dict[str, Any]]:
-        rows = keyset_rows(
-            self._database,
-            sql.EXPORT_SIGN_IN_REQUESTS_PAGE,
-            phone_number,
-        )
-        async for row in rows:
+        async for row in repository.sign_in_requests_of(self._database, phone_number):
             yield {
                 "requestId": row["id"],
                 "status": row["status"],
@@ -202,12 +198,7 @@ class UserData:
             }
 
     async def _sessions(self, user_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
-        rows = keyset_rows(
-            self._database,
-            sql.EXPORT_REFRESH_SESSIONS_PAGE,
-            user_id,
-        )
-        async for row in rows:
+        async for row in repository.refresh_sessions_of(self._database, user_id):
             yield {
                 "sessionId": row["id"],
                 "familyId": row["family_id"],

@@ -19,7 +19,7 @@ from datetime import datetime
 from pin_sessions.platform.database import Connection
 from pin_sessions.platform.devices import DeviceType
 from pin_sessions.platform.outbox import IntegrationEvent, append_all
-from pin_sessions.user_activity import events, sql
+from pin_sessions.user_activity import events, repository
 
 
 @dataclass(frozen=True)
@@ -48,11 +48,11 @@ async def close_sessions(
     """
     if not session_ids:
         return ClosedSessions((), 0)
-    closed = await conn.fetch(sql.CLOSE_SESSIONS, list(session_ids), now, idle_before)
+    closed = await repository.close_sessions(conn, session_ids, now, idle_before)
     if not closed:
         return ClosedSessions((), 0)
     closed_ids = [row["id"] for row in closed]
-    views = await conn.fetch(sql.CLOSE_OPEN_VIEWS, closed_ids)
+    views = await repository.close_open_views(conn, closed_ids)
     published: list[IntegrationEvent] = [
         events.property_object_view_ended(
             view_id=view["id"],

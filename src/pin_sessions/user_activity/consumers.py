@@ -19,7 +19,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from pin_sessions.platform.database import Connection, Database
-from pin_sessions.platform.erasure import DELETE_DEAD_LETTERS_OF_USER, USER_ERASED_TOPIC
+from pin_sessions.platform.erasure import USER_ERASED_TOPIC, delete_dead_letters_of_user
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.user_activity.linking import link_sign_in
 from pin_sessions.user_activity.user_data import erase_user, is_erased
@@ -75,12 +75,17 @@ class UserErasedConsumer:
     topic = USER_ERASED_TOPIC
     version = 1
 
+    def __init__(self, batch_size: int) -> None:
+        # Rows deleted per transaction (PIN_CONSUMERS__ERASURE_BATCH_SIZE).
+        self.batch_size = batch_size
+
     async def prepare(self, database: Database, message: Message, now: datetime) -> None:
-        deleted = await erase_user(database, uuid.UUID(message.payload["UserId"]), now)
+        user_id = uuid.UUID(message.payload["UserId"])
+        deleted = await erase_user(database, user_id, now, batch_size=self.batch_size)
         log.info("user erased", messageId=str(message.message_id), rowsDeleted=deleted)
 
     async def handle(self, conn: Connection, message: Message, now: datetime) -> None:
         # What this context's consumers parked about the user goes too.
-        await conn.execute(
-            DELETE_DEAD_LETTERS_OF_USER, [SignedInConsumer.consumer], message.payload["UserId"]
+        await delete_dead_letters_of_user(
+            conn, [SignedInConsumer.consumer], message.payload["UserId"]
         )

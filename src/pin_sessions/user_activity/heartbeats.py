@@ -3,7 +3,7 @@
 Every device heartbeats once a minute, so the heartbeat is most of the API's writes, and
 one conditional UPDATE per heartbeat is bounded by PostgreSQL's cost per statement and per
 commit. ``Heartbeats`` sends the UPDATE of whoever arrived while the previous one was in
-flight as one statement (``sql.HEARTBEAT_BATCH``, through ``platform.group_commit``):
+flight as one statement (``heartbeat_batch``, through ``platform.group_commit``):
 each request still gets its own row, or None when its device has no Active session — the
 caller then starts one (INV-SES-003). Two heartbeats of one device in one batch are one
 row, extended to the later of their times, and get the same answer.
@@ -11,7 +11,7 @@ row, extended to the later of their times, and get the same answer.
 The batch never waits on a row lock (SPEC §11): it claims the rows it extends with ``SKIP
 LOCKED`` and names the devices whose Active row another transaction holds (a closer batch,
 a link, the sign-ins consumer, an erasure). Each of those is extended on its own by
-``sql.HEARTBEAT_ONE``, bounded by the statement timeout, while the rest of the batch is
+``heartbeat_one``, bounded by the statement timeout, while the rest of the batch is
 answered at once; if the row turns out closed when the lock goes, the device has no Active
 session and its caller starts one as usual. At most ``alone_limit`` such statements run
 at a time, so a burst of locked rows cannot take the pool from every other request.

@@ -1,8 +1,9 @@
-"""Session history pages (read side), newest first, with opaque cursors.
+"""The read side: session history pages, a device's link, the sessions open now.
 
-A page lists sessions with their latest actions and views. The user's history "before
-and after sign-in" is assembled here through session ownership: children keep the
-``user_id`` snapshot they were written with (seed 003).
+History pages go newest first, with opaque cursors. A page lists sessions with their
+latest actions and views. The user's history "before and after sign-in" is assembled here
+through session ownership: children keep the ``user_id`` snapshot they were written with
+(seed 003). Each read is autocommit statements on one connection: nothing is written.
 
 Pages tolerate lag (SPEC §11): they are read through :class:`Reads`, on the read replica
 when there is one within ``PIN_DATABASE__READ_MAX_LAG`` of the primary. The device's link
@@ -15,13 +16,14 @@ import base64
 import binascii
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.reads import Reads
-from pin_sessions.user_activity import sql
+from pin_sessions.user_activity import repository
 from pin_sessions.user_activity.domain import open_or_duration_seconds
 from pin_sessions.user_activity.errors import CursorInvalid, DeviceNotFound, LimitInvalid
 
@@ -83,20 +85,20 @@ async def device_history(
     reads: Reads, anonymous_id: uuid.UUID, *, limit: int, cursor: str | None, now: datetime
 ) -> HistoryPage:
     """A guest's own device: only its sessions no user has been linked to."""
-    return await _page(reads, sql.SELECT_DEVICE_HISTORY, anonymous_id, limit, cursor, now)
+    return await _page(reads, repository.device_history, anonymous_id, limit, cursor, now)
 
 
 async def user_history(
     reads: Reads, user_id: uuid.UUID, *, limit: int, cursor: str | None, now: datetime
 ) -> HistoryPage:
     """Every session linked to ``user_id``, with what happened before the sign-in too."""
-    return await _page(reads, sql.SELECT_USER_HISTORY, user_id, limit, cursor, now)
+    return await _page(reads, repository.user_history, user_id, limit, cursor, now)
 
 
 async def device_link(db: Database, anonymous_id: uuid.UUID) -> dict[str, Any]:
     """The device's current link (its latest session); 404 for a device never seen."""
     async with db.connection() as conn:
-        row = await conn.fetchrow(sql.SELECT_DEVICE_LINK, anonymous_id)
+        row = await repository.device_link(conn, anonymous_id)
     if row is None:
         raise DeviceNotFound()
     return {
@@ -106,9 +108,19 @@ async def device_link(db: Database, anonymous_id: uuid.UUID) -> dict[str, Any]:
     }
 
 
+async def count_open_sessions(db: Database) -> int:
+    """Active sessions of people (not bots), one autocommit statement."""
+    async with db.connection() as conn:
+        return await repository.count_open_sessions(conn)
+
+
+# A page of an owner's sessions: the repository's device_history or user_history.
+Sessions = Callable[[Connection, uuid.UUID, repository.After, int], Awaitable[list[Any]]]
+
+
 async def _page(
     reads: Reads,
-    statement: str,
+    sessions: Sessions,
     owner: uuid.UUID,
     limit: int,
     cursor: str | None,
@@ -117,12 +129,8 @@ async def _page(
     after = Cursor.decode(cursor, now=now) if cursor else None
 
     async def read(conn: Connection) -> tuple[list[Any], list[dict[str, Any]]]:
-        rows = await conn.fetch(
-            statement,
-            owner,
-            after.created_at if after else None,
-            after.session_id if after else None,
-            limit + 1,
+        rows = await sessions(
+            conn, owner, None if after is None else (after.created_at, after.session_id), limit + 1
         )
         return rows, await _with_children(conn, rows[:limit])
 
@@ -140,7 +148,7 @@ async def _with_children(conn: Connection, sessions: list[Any]) -> list[dict[str
     ids = [row["id"] for row in sessions]
     actions: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
     views: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
-    for row in await conn.fetch(sql.SELECT_HISTORY_ACTIONS, ids, CHILDREN_PER_SESSION):
+    for row in await repository.history_actions(conn, ids, CHILDREN_PER_SESSION):
         actions[row["session_id"]].append(
             {
                 "actionId": row["id"],
@@ -151,7 +159,7 @@ async def _with_children(conn: Connection, sessions: list[Any]) -> list[dict[str
                 "createdAt": row["created_at"],
             }
         )
-    for row in await conn.fetch(sql.SELECT_HISTORY_VIEWS, ids, CHILDREN_PER_SESSION):
+    for row in await repository.history_views(conn, ids, CHILDREN_PER_SESSION):
         views[row["session_id"]].append(
             {
                 "viewId": row["id"],

@@ -1,19 +1,21 @@
-"""HTTP routes of user-activity's Session API (SPEC §4); the internal ones are in ``internal_http``.
+"""HTTP routes of user-activity's Session API (SPEC §4): the ``/sessions`` routes, with the
+heartbeat; what a device records and reads back is in ``activity_http``, the routes for
+other services in ``internal_http``.
 
 A guest is known by ``X-Anonymous-Id``, a user by Bearer. The client's IP address is
 the connection's peer, or ``X-Forwarded-For`` when that peer is a trusted proxy; it is
 stored with the session and never returned. Routes are module-level and take what they
-need from ``platform.http.dependencies``; the composition root mounts ``router``.
+need from ``platform.http.dependencies``; the composition root mounts ``router`` and
+``activity_http.router``, in that order (the order of SPEC §4 and of the document). The
+request readers both modules share (the device, the caller, the page parameters) are here.
 """
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
@@ -26,51 +28,34 @@ from pin_sessions.platform.http.anonymous_id import (
 )
 from pin_sessions.platform.http.client_address import request_client_ip
 from pin_sessions.platform.http.dependencies import (
-    ClaimedUser,
     ClientIp,
     CurrentUser,
     DatabaseDep,
     Now,
     OptionalUser,
     ReadsDep,
-    live_user,
     optional_user,
     permission_required,
     services,
     state,
 )
-from pin_sessions.platform.http.idempotency_key import IdempotencyKey, idempotency_key_parameter
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
 from pin_sessions.platform.http.security_schemes import OPTIONAL_USER
-from pin_sessions.platform.permissions import DEV_STATS_VIEW, HISTORY_VIEW_BY_USER
-from pin_sessions.platform.streamed_json import stream_json
-from pin_sessions.user_activity import history, operations
-from pin_sessions.user_activity.domain import (
-    DeviceInfo,
-    SignedInCaller,
-    device_info,
-    duration_seconds,
-)
+from pin_sessions.platform.permissions import DEV_STATS_VIEW
+from pin_sessions.user_activity import history, linking, sessions
+from pin_sessions.user_activity.domain import DeviceInfo, SignedInCaller, device_info
 from pin_sessions.user_activity.heartbeats import Heartbeats
-from pin_sessions.user_activity.idempotency import request_hash
 from pin_sessions.user_activity.linking import StaleLinks
 from pin_sessions.user_activity.schemas import (
-    ActionRecorded,
-    ActionRequest,
-    EndViewRequest,
     HeartbeatAccepted,
     HeartbeatRequest,
     History,
     LinkRequest,
     OpenSessions,
-    PropertyViewRequest,
     SessionLinked,
     SessionStarted,
     StartRequest,
-    ViewEnded,
-    ViewStarted,
 )
-from pin_sessions.user_activity.user_data import ActivityData
 
 PREFIX = "/api/user-activity"
 HEARTBEAT_PATH = f"{PREFIX}/sessions/heartbeat"
@@ -81,8 +66,6 @@ QUIET_PATHS = (HEARTBEAT_PATH,)
 # Read by hand (`optional_device`), so a missing or bad header is our 400, not a 422.
 OPTIONAL_DEVICE = parameters(anonymous_id_parameter(required=False))
 REQUIRED_DEVICE = parameters(anonymous_id_parameter(required=True))
-# The routes that record something new: a retried POST after a lost answer records once.
-IDEMPOTENT_DEVICE = parameters(anonymous_id_parameter(required=True), idempotency_key_parameter())
 # Errors every guest-or-user route with a body can answer: a bad device header or JSON
 # (400), a bad Bearer token (401), a body over the limit (413) or refused (422), and a
 # database that did not answer in time (503).
@@ -121,6 +104,15 @@ async def _device(request: Request, client_ip: ClientIp) -> DeviceInfo:
 Device = Annotated[DeviceInfo, Depends(_device)]
 
 
+def caller_of(user: UserPrincipal | None) -> SignedInCaller | None:
+    """A request's signed-in caller, with the instant of the sign-in behind its token."""
+    return None if user is None else SignedInCaller(user.user_id, user.signed_in_at)
+
+
+def history_response(page: history.HistoryPage) -> History:
+    return History.model_validate({"items": page.items, "nextCursor": page.next_cursor})
+
+
 async def heartbeat(request: Request) -> Response:
     """Extend the device's Active session; a new one starts when there is none.
 
@@ -140,10 +132,10 @@ async def heartbeat(request: Request) -> Response:
     async def newcomer() -> tuple[SignedInCaller | None, DeviceInfo]:
         user = await optional_user(request)
         client_ip = request_client_ip(request, given.trusted_proxies)
-        return _caller(user), read_device(request, client_ip)
+        return caller_of(user), read_device(request, client_ip)
 
     heartbeats = state(request, "heartbeats", Heartbeats)
-    result = await operations.heartbeat(
+    result = await sessions.heartbeat(
         heartbeats, given.database, anonymous_id, given.clock.now(), newcomer=newcomer
     )
     accepted = HeartbeatAccepted(
@@ -210,7 +202,7 @@ async def start(
     _body: Annotated[StartRequest | None, Body()] = None,
 ) -> SessionStarted:
     """Start the device's session or continue it (INV-SES-001); issues an AnonymousId."""
-    started = await operations.start_session(db, anonymous_id, _caller(user), device, now)
+    started = await sessions.start_session(db, anonymous_id, caller_of(user), device, now)
     session = started.session
     return SessionStarted(
         session_id=session.id,
@@ -251,7 +243,7 @@ async def link(
     with ``stale: true``.
     """
     caller = SignedInCaller(user.user_id, user.signed_in_at)
-    outcome = await operations.link(db, anonymous_id, caller, device, now)
+    outcome = await linking.link(db, anonymous_id, caller, device, now)
     session = outcome.session
     answer = SessionLinked(
         session_id=session.id,
@@ -290,7 +282,7 @@ async def own_history(
         page = await history.device_history(reads, anonymous_id, limit=size, cursor=cursor, now=now)
     else:
         raise AuthenticationRequired("a Bearer token or X-Anonymous-Id is required")
-    return _page_response(page)
+    return history_response(page)
 
 
 @router.get(
@@ -305,160 +297,5 @@ async def open_sessions(db: DatabaseDep, now: Now) -> OpenSessions:
     dev-stats learns of a session only when it ends, so the live count comes from here, to
     the same readers: holders of ``dev-stats.view``.
     """
-    count = await operations.count_open_sessions(db)
+    count = await history.count_open_sessions(db)
     return OpenSessions(open_sessions=count, counted_at=now)
-
-
-@router.post(
-    "/actions",
-    status_code=201,
-    response_model=ActionRecorded,
-    responses=DEVICE_BODY_PROBLEMS,
-    openapi_extra=IDEMPOTENT_DEVICE,
-)
-async def record_action(
-    body: ActionRequest,
-    db: DatabaseDep,
-    now: Now,
-    device: Device,
-    anonymous_id: RequiredDevice,
-    user: OptionalUser,
-    key: IdempotencyKey,
-) -> ActionRecorded:
-    """Record an action; it counts as activity of the device's session.
-
-    With ``Idempotency-Key``, a repeat within 24 hours records nothing and gets the first
-    answer; the same key with another body is 422 USER_ACTIVITY_IDEMPOTENCY_KEY_REUSED.
-    """
-    recorded = await operations.record_action(
-        db,
-        anonymous_id,
-        _caller(user),
-        device,
-        now,
-        action_type=body.type,
-        property_object_id=body.property_object_id,
-        data=body.data,
-        idempotency=_idempotency(key, "actions", body),
-    )
-    return ActionRecorded(action_id=recorded.action_id, session_id=recorded.session_id)
-
-
-@router.post(
-    "/property-views",
-    status_code=201,
-    response_model=ViewStarted,
-    responses=DEVICE_BODY_PROBLEMS,
-    openapi_extra=IDEMPOTENT_DEVICE,
-)
-async def start_view(
-    body: PropertyViewRequest,
-    db: DatabaseDep,
-    now: Now,
-    device: Device,
-    anonymous_id: RequiredDevice,
-    user: OptionalUser,
-    key: IdempotencyKey,
-) -> ViewStarted:
-    """Start viewing a property object; counts as activity. ``Idempotency-Key`` as for
-    actions."""
-    started = await operations.start_view(
-        db,
-        anonymous_id,
-        _caller(user),
-        device,
-        now,
-        property_object_id=body.property_object_id,
-        idempotency=_idempotency(key, "property-views", body),
-    )
-    return ViewStarted(
-        view_id=started.view_id, session_id=started.session_id, started_at=started.started_at
-    )
-
-
-@router.post(
-    "/property-views/{viewId}/end",
-    response_model=ViewEnded,
-    responses=problems(400, 401, 404, 413, 422, 503),
-    openapi_extra=REQUIRED_DEVICE,
-    # Credentials, when sent, must be valid; but the device owns its views, not the user.
-    dependencies=[Depends(optional_user)],
-)
-async def end_view(
-    view_id: Annotated[uuid.UUID, Path(alias="viewId")],
-    db: DatabaseDep,
-    now: Now,
-    anonymous_id: RequiredDevice,
-    _body: Annotated[EndViewRequest | None, Body()] = None,
-) -> ViewEnded:
-    """End a view of this device; ending it again reports the same duration."""
-    ended = await operations.end_view(db, anonymous_id, view_id, now)
-    return ViewEnded(view_id=ended.view_id, duration_seconds=duration_seconds(ended.duration))
-
-
-@router.get(
-    "/users/{userId}/sessions",
-    response_model=History,
-    responses=problems(400, 401, 403, 422, 503),
-    openapi_extra=parameters(*PAGE_PARAMETERS),
-    dependencies=[permission_required(HISTORY_VIEW_BY_USER)],
-)
-async def user_history(
-    user_id: Annotated[uuid.UUID, Path(alias="userId")],
-    reads: ReadsDep,
-    now: Now,
-    limit: LimitParam = None,
-    cursor: CursorParam = None,
-) -> History:
-    """Any user's history, for holders of ``user-activity.history.view-by-user``."""
-    page = await history.user_history(
-        reads, user_id, limit=history.page_size(limit), cursor=cursor, now=now
-    )
-    return _page_response(page)
-
-
-def _page_response(page: history.HistoryPage) -> History:
-    return History.model_validate({"items": page.items, "nextCursor": page.next_cursor})
-
-
-def _idempotency(
-    key: str | None, operation: str, body: ActionRequest | PropertyViewRequest
-) -> operations.Idempotency | None:
-    if key is None:
-        return None
-    return operations.Idempotency(key, request_hash(operation, body.model_dump_json()))
-
-
-def _caller(user: UserPrincipal | None) -> SignedInCaller | None:
-    return None if user is None else SignedInCaller(user.user_id, user.signed_in_at)
-
-
-async def _activity_data(request: Request) -> ActivityData:
-    return state(request, "user_activity_data", ActivityData)
-
-
-@router.get(
-    "/me/export",
-    response_class=StreamingResponse,
-    responses={
-        200: {
-            "description": "Every session, view and action of the caller (SPEC §10), streamed",
-            "content": {"application/json": {"schema": {"type": "object"}}},
-        },
-        **problems(400, 401, 404, 503),
-    },
-)
-async def export_me(
-    request: Request,
-    claimed: ClaimedUser,
-    data: Annotated[ActivityData, Depends(_activity_data)],
-    now: Now,
-) -> StreamingResponse:
-    """The caller's sessions with their views and actions; IP addresses masked."""
-    document = await data.export(claimed.user_id, now)
-    await live_user(request)
-    return StreamingResponse(
-        stream_json(document),
-        media_type="application/json",
-        headers={"Cache-Control": "no-store"},
-    )

@@ -11,7 +11,8 @@ from pin_sessions.platform.http.dependencies import DatabaseDep, scope_required
 from pin_sessions.platform.http.openapi import parameters, problems
 from pin_sessions.platform.permissions import ADMIN, USER_ACTIVITY_INTERNAL
 from pin_sessions.user_activity import history
-from pin_sessions.user_activity.http import PAGE_PARAMETERS, user_history
+from pin_sessions.user_activity.activity_http import user_history
+from pin_sessions.user_activity.http import PAGE_PARAMETERS
 from pin_sessions.user_activity.schemas import DeviceLink, History
 
 router = APIRouter(prefix="/internal", tags=["user-activity internal"])

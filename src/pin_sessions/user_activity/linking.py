@@ -1,9 +1,9 @@
 """Linking a device's session to a user (INV-SES-002): the only change of who is on a device.
 
-Two callers link, both in their own transaction on the caller's connection: the consumer
-of ``pin.identity.sign-ins.v1`` (``link_sign_in``) and ``POST
-/api/user-activity/sessions/link`` (``link_request``). A start, a heartbeat, an action or
-a view never does (SPEC §11).
+Two callers link: the consumer of ``pin.identity.sign-ins.v1`` (``link_sign_in``, in the
+runner's transaction) and ``POST /api/user-activity/sessions/link`` (``link``, in its own;
+``link_request`` is its work on that transaction's connection). A start, a heartbeat, an
+action or a view never does (SPEC §11).
 
 The latest sign-in owns the device. Every link stands for a sign-in and is stored with its
 instant as ``linked_at`` (a sign-in event's ``SignedInAt``, a token's ``auth_time``), so
@@ -28,11 +28,10 @@ from datetime import datetime
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from pin_sessions.platform.database import Connection
+from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.errors import ServiceUnavailable
-from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.outbox import IntegrationEvent, append
-from pin_sessions.user_activity import events, repository, sql
+from pin_sessions.user_activity import events, repository
 from pin_sessions.user_activity.closing import close_sessions
 from pin_sessions.user_activity.domain import (
     DeviceInfo,
@@ -41,6 +40,7 @@ from pin_sessions.user_activity.domain import (
     SignedInCaller,
     is_stale_request,
 )
+from pin_sessions.user_activity.user_data import refuse_erased
 
 # Each retry follows a concurrent change that committed first; a handful always suffices.
 MAX_ATTEMPTS = 5
@@ -86,6 +86,19 @@ async def link_sign_in(
             return LinkOutcome(current, switched=False, created=False, stale=True)
         return await _link(conn, current, DeviceLink(user_id, signed_in_at), now)
     raise ServiceUnavailable("the device's session kept changing; retry the request")
+
+
+async def link(
+    db: Database,
+    anonymous_id: uuid.UUID,
+    caller: SignedInCaller,
+    device: DeviceInfo,
+    now: datetime,
+) -> LinkOutcome:
+    """``POST /sessions/link``: INV-SES-002 in one transaction, unless stale (SPEC §11)."""
+    async with db.transaction() as conn:
+        await refuse_erased(conn, caller.user_id)
+        return await link_request(conn, anonymous_id, caller, device, now)
 
 
 async def link_request(
@@ -146,8 +159,7 @@ def _caller_link(caller: SignedInCaller, latest: DeviceLink | None) -> DeviceLin
 
 async def _lock_active_session(conn: Connection, anonymous_id: uuid.UUID) -> SessionSnapshot | None:
     # FOR UPDATE serialises linkers of one device; a loser re-reads the winner's result.
-    row = await conn.fetchrow(sql.LOCK_ACTIVE_SESSION, anonymous_id)
-    return None if row is None else repository.snapshot(row)
+    return await repository.lock_active_session(conn, anonymous_id)
 
 
 async def _link(
@@ -157,9 +169,7 @@ async def _link(
     force-closed through the one close operation (session-ended) and a new Active session of
     the same device opened for ``link``'s user (session-linked)."""
     if current.user_id is None:
-        linked = repository.snapshot(
-            await conn.fetchrow(sql.LINK_SESSION, current.id, link.user_id, link.linked_at)
-        )
+        linked = await repository.link_session(conn, current.id, link)
         await append(conn, linked_event(linked), now=now)
         return LinkOutcome(linked, switched=False, created=False)
     await close_sessions(conn, [current.id], now=now)
@@ -167,11 +177,7 @@ async def _link(
     # dev-stats counts no minute twice (the old session may have activity after a late
     # sign-in's instant). Its linked_at is still the sign-in's instant: the key later
     # sign-ins of this device are ordered against, in whatever order they arrive.
-    successor = repository.snapshot(
-        await conn.fetchrow(
-            sql.INSERT_SWITCHED_SESSION, new_id(), current.id, link.user_id, link.linked_at, now
-        )
-    )
+    successor = await repository.insert_switched_session(conn, current.id, link, now)
     await append(conn, linked_event(successor), now=now)
     return LinkOutcome(successor, switched=True, created=True)
 

@@ -13,24 +13,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from pin_sessions.platform.auth import SessionNotActive
+from pin_sessions.platform.batching import in_transaction, until_short
 from pin_sessions.platform.database import Connection, Database
-from pin_sessions.platform.erasure import LOCK_USER_EXCLUSIVE, LOCK_USER_SHARED, user_digest
 from pin_sessions.platform.logging import mask_ip
-from pin_sessions.platform.streamed_json import keyset_rows
-from pin_sessions.user_activity import sql
+from pin_sessions.user_activity import repository
 from pin_sessions.user_activity.domain import open_or_duration_seconds
 from pin_sessions.user_activity.errors import UserErased
-
-# Rows per erasure batch: each batch is one short transaction.
-ERASURE_BATCH_ROWS = 1000
-ERASURE_DELETES = (
-    sql.DELETE_ERASED_USER_ACTIONS,
-    sql.DELETE_ERASED_USER_VIEWS,
-    sql.DELETE_ERASED_USER_SESSIONS,
-)
 
 
 async def is_erased(conn: Connection, user_id: uuid.UUID) -> bool:
@@ -39,9 +31,7 @@ async def is_erased(conn: Connection, user_id: uuid.UUID) -> bool:
     Run it in the transaction that then writes the user's id: an erasure that is writing
     its tombstone now is waited for, one that comes later waits for this transaction.
     """
-    await conn.execute(LOCK_USER_SHARED, sql.USER_LOCK_CLASS, str(user_id))
-    erased: bool = await conn.fetchval(sql.SELECT_USER_ERASED, user_digest(user_id))
-    return erased
+    return await repository.TOMBSTONES.is_erased(conn, user_id)
 
 
 async def refuse_erased(conn: Connection, user_id: uuid.UUID | None) -> None:
@@ -55,7 +45,7 @@ async def refuse_erased(conn: Connection, user_id: uuid.UUID | None) -> None:
 
 
 async def erase_user(
-    database: Database, user_id: uuid.UUID, now: datetime, *, batch_rows: int = ERASURE_BATCH_ROWS
+    database: Database, user_id: uuid.UUID, now: datetime, *, batch_size: int
 ) -> int:
     """Tombstone, end, then delete everything of the user; returns the rows deleted.
 
@@ -63,18 +53,17 @@ async def erase_user(
     tombstone in place and nothing left to delete.
     """
     async with database.transaction() as conn:
-        await conn.execute(LOCK_USER_EXCLUSIVE, sql.USER_LOCK_CLASS, str(user_id))
-        await conn.execute(sql.INSERT_ERASED_USER, user_digest(user_id), now)
-        await conn.execute(sql.END_ERASED_USER_SESSIONS, user_id, now)
+        await repository.TOMBSTONES.bury(conn, user_id, now)
+        await repository.end_erased_user_sessions(conn, user_id, now)
     deleted = 0
-    for statement in ERASURE_DELETES:
-        while True:
-            async with database.transaction() as conn:
-                status = await conn.execute(statement, user_id, batch_rows)
-            count = int(status.rsplit(" ", 1)[1])
-            deleted += count
-            if count < batch_rows:
-                break
+    for delete in repository.ERASURE_DELETES:
+        batch = partial(
+            repository.delete_erased_user_rows,
+            delete=delete,
+            user_id=user_id,
+            batch_size=batch_size,
+        )
+        deleted += (await until_short(in_transaction(database, batch), size=batch_size)).rows
     return deleted
 
 
@@ -87,17 +76,12 @@ class ActivityData:
     async def export(self, user_id: uuid.UUID, now: datetime) -> Mapping[str, Any]:
         """The user's document, read while it is written; ``UserErased`` before anything."""
         async with self._database.connection() as conn:
-            if await conn.fetchval(sql.SELECT_USER_ERASED, user_digest(user_id)):
+            if await repository.TOMBSTONES.was_erased(conn, user_id):
                 raise UserErased()
         return {"userId": user_id, "exportedAt": now, "sessions": self._sessions(user_id)}
 
     async def _sessions(self, user_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
-        rows = keyset_rows(
-            self._database,
-            sql.EXPORT_SESSIONS_PAGE,
-            user_id,
-        )
-        async for row in rows:
+        async for row in repository.sessions_of(self._database, user_id):
             yield {
                 "sessionId": row["id"],
                 "anonymousId": row["anonymous_id"],
@@ -119,13 +103,7 @@ class ActivityData:
             }
 
     async def _views(self, session_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
-        rows = keyset_rows(
-            self._database,
-            sql.EXPORT_VIEWS_PAGE,
-            session_id,
-            key=("started_at", "id"),
-        )
-        async for row in rows:
+        async for row in repository.views_of(self._database, session_id):
             yield {
                 "viewId": row["id"],
                 "propertyObjectId": row["property_object_id"],
@@ -135,12 +113,7 @@ class ActivityData:
             }
 
     async def _actions(self, session_id: uuid.UUID) -> AsyncIterator[dict[str, Any]]:
-        rows = keyset_rows(
-            self._database,
-            sql.EXPORT_ACTIONS_PAGE,
-            session_id,
-        )
-        async for row in rows:
+        async for row in repository.actions_of(self._database, session_id):
             yield {
                 "actionId": row["id"],
                 "type": row["type"],

@@ -10,10 +10,9 @@ from prometheus_client import CollectorRegistry
 
 from pin_sessions.identity.jobs.expire_sessions import (
     ExpireSessionsJob,
-    ExpireSessionsResult,
     build_expire_sessions_job,
 )
-from pin_sessions.platform.jobs import PollingWorker
+from pin_sessions.platform.jobs import PollingWorker, RunResult
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import ExpireSessionsSettings
 
@@ -24,9 +23,9 @@ def expire_sessions_worker(
     *,
     tracer: Tracer | None = None,
     **options: Any,
-) -> PollingWorker[ExpireSessionsResult]:
+) -> PollingWorker:
     job: ExpireSessionsJob = build_expire_sessions_job(
-        runtime.database, ExpireSessionsSettings(**options), registry
+        runtime.database, ExpireSessionsSettings(**options)
     )
     return PollingWorker(
         job,
@@ -37,9 +36,7 @@ def expire_sessions_worker(
     )
 
 
-async def expire_once(
-    runtime: Runtime, registry: CollectorRegistry, **options: Any
-) -> ExpireSessionsResult:
+async def expire_once(runtime: Runtime, registry: CollectorRegistry, **options: Any) -> RunResult:
     result = await expire_sessions_worker(runtime, registry, **options).run_pass(asyncio.Event())
     assert result is not None
     return result

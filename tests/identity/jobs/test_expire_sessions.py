@@ -98,7 +98,11 @@ async def test_expired_refresh_session_becomes_expired_and_is_not_revoked(
 
     result = await expire_once(runtime, registry)
 
-    assert (result.refresh.expired, result.sicr.expired, result.backlog_remaining) == (4, 0, 0)
+    assert (
+        result.count("refreshExpired"),
+        result.count("sicrExpired"),
+        result.backlog_remaining,
+    ) == (4, 0, 0)
     async with runtime.database.connection() as conn:
         after = {row["id"]: dict(row) for row in await conn.fetch(SELECT_REFRESH_ROWS)}
         outbox = await conn.fetchval("select count(*) from messaging.outbox")
@@ -136,7 +140,7 @@ async def test_expired_sicr_becomes_expired_and_stays_unconfirmed(
 
     result = await expire_once(runtime, registry)
 
-    assert (result.refresh.expired, result.sicr.expired) == (0, 3)
+    assert (result.count("refreshExpired"), result.count("sicrExpired")) == (0, 3)
     async with runtime.database.connection() as conn:
         after = {row["id"]: dict(row) for row in await conn.fetch(SELECT_SICR_ROWS)}
         outbox = await conn.fetchval("select count(*) from messaging.outbox")
@@ -164,8 +168,12 @@ async def test_a_restarted_job_finds_nothing_left_to_flip(
     # A restart is a new process: a new job, a new registry, no checkpoint.
     second = await expire_once(runtime, new_registry(), batch_size=2)
 
-    assert (first.refresh.expired, first.sicr.expired) == (5, 5)
-    assert (second.refresh.expired, second.sicr.expired, second.backlog_remaining) == (0, 0, 0)
+    assert (first.count("refreshExpired"), first.count("sicrExpired")) == (5, 5)
+    assert (
+        second.count("refreshExpired"),
+        second.count("sicrExpired"),
+        second.backlog_remaining,
+    ) == (0, 0, 0)
     async with runtime.database.connection() as conn:
         transitions = await conn.fetchval("select count(*) from public.test_transitions")
     assert transitions == 10
@@ -184,7 +192,7 @@ async def test_a_backlog_within_batch_size_is_one_set_based_update(
 
     result = await expire_once(runtime, registry, batch_size=50)
 
-    assert (result.refresh.expired, result.refresh.chunks) == (50, 1)
+    assert (result.count("refreshExpired"), result.phases["refresh"].progress.batches) == (50, 1)
     async with runtime.database.connection() as conn:
         transactions = await conn.fetchval(
             "select count(distinct txid) from public.test_transitions"
@@ -206,7 +214,11 @@ async def test_a_backlog_over_batch_size_is_expired_in_chunks_of_at_most_batch_s
 
     result = await expire_once(runtime, registry, batch_size=100)
 
-    assert (result.refresh.expired, result.sicr.expired, result.backlog_remaining) == (250, 101, 0)
+    assert (
+        result.count("refreshExpired"),
+        result.count("sicrExpired"),
+        result.backlog_remaining,
+    ) == (250, 101, 0)
     async with runtime.database.connection() as conn:
         per_transaction = await conn.fetch(
             "select table_name, count(*) as n from public.test_transitions "
@@ -241,7 +253,11 @@ async def test_max_run_duration_cuts_the_run_between_chunks_and_reports_the_rest
     # The budget is spent after the first chunk; each phase still makes one chunk of
     # progress, so SICR does not starve behind refresh sessions.
     assert first is not None
-    assert (first.refresh.expired, first.sicr.expired, first.backlog_remaining) == (100, 100, 600)
+    assert (first.count("refreshExpired"), first.count("sicrExpired"), first.backlog_remaining) == (
+        100,
+        100,
+        600,
+    )
     assert first.succeeded
     # One series: what is left over both phases (400 refresh sessions, 200 SICR).
     assert registry.get_sample_value(BACKLOG) == 600
@@ -271,7 +287,7 @@ async def test_a_run_stopped_before_its_phases_still_reports_their_backlog(
 
     # Both phases skipped, yet what they left is counted: 200 rows, not "0 left".
     assert skipped is not None
-    assert (skipped.refresh.skipped, skipped.sicr.skipped) == (True, True)
+    assert (skipped.phases["refresh"].skipped, skipped.phases["sicr"].skipped) == (True, True)
     assert skipped.to_json()["backlogRemaining"] == 200
     assert registry.get_sample_value(BACKLOG) == 200
     completed = [
@@ -291,13 +307,16 @@ async def test_a_run_that_cannot_count_its_backlog_reports_it_unknown_and_keeps_
     await unreachable.open()
     worker = expire_sessions_worker(replace(runtime, database=unreachable), registry)
     assert isinstance(worker.job, ExpireSessionsJob)
-    worker.job.metrics.backlog.set(registry_gauge_before)
+    worker.metrics.gauge("backlog").set(registry_gauge_before)
     try:
         result = await worker.run_pass(asyncio.Event())
     finally:
         await unreachable.close()
 
-    assert result is not None and (result.refresh.failed, result.sicr.failed) == (True, True)
+    assert result is not None and (
+        result.phases["refresh"].failed,
+        result.phases["sicr"].failed,
+    ) == (True, True)
     # Unknown, not zero: half a sum (or none) would look like a shrinking backlog.
     assert result.to_json()["backlogRemaining"] is None
     assert registry.get_sample_value(BACKLOG) == registry_gauge_before
@@ -385,8 +404,8 @@ async def test_a_failing_phase_is_logged_and_counted_while_the_other_completes(
     finally:
         await holder.close()
 
-    assert (result.refresh.failed, result.refresh.expired) == (True, 0)
-    assert (result.sicr.failed, result.sicr.expired) == (False, 4)
+    assert (result.phases["refresh"].failed, result.count("refreshExpired")) == (True, 0)
+    assert (result.phases["sicr"].failed, result.count("sicrExpired")) == (False, 4)
     assert not result.succeeded
     assert result.backlog_remaining == 3
     # One series each: the failed phase counted once; its rows, counted before the
@@ -424,7 +443,7 @@ async def test_a_run_decides_with_the_now_read_from_the_clock_at_its_start(
     clock.advance(2 * PAST)
     later = await worker.run_pass(asyncio.Event())
 
-    assert later is not None and later.refresh.expired == 2
+    assert later is not None and later.count("refreshExpired") == 2
 
 
 async def test_stop_set_before_a_run_skips_both_phases(
@@ -439,7 +458,7 @@ async def test_stop_set_before_a_run_skips_both_phases(
     result = await expire_sessions_worker(runtime, registry).run_pass(stop)
 
     assert result is not None
-    assert (result.refresh.skipped, result.sicr.skipped) == (True, True)
+    assert (result.phases["refresh"].skipped, result.phases["sicr"].skipped) == (True, True)
     async with runtime.database.connection() as conn:
         assert await statuses(conn, "sign_in_confirmation_requests") == {"Pending": 2}
 
@@ -468,14 +487,14 @@ async def test_stop_during_a_phase_lets_the_running_chunk_commit_and_skips_the_r
     await stopper
 
     assert result is not None
-    assert 0 < result.refresh.expired < 5000
-    assert result.refresh.expired % 50 == 0, "every started chunk ran to its end"
-    assert result.sicr.skipped
-    assert result.refresh.remaining == 5000 - result.refresh.expired
+    assert 0 < result.count("refreshExpired") < 5000
+    assert result.count("refreshExpired") % 50 == 0, "every started chunk ran to its end"
+    assert result.phases["sicr"].skipped
+    assert result.phases["refresh"].remaining == 5000 - result.count("refreshExpired")
     async with runtime.database.connection() as conn:
         assert await statuses(conn, "refresh_sessions") == {
-            "Expired": result.refresh.expired,
-            "Active": 5000 - result.refresh.expired,
+            "Expired": result.count("refreshExpired"),
+            "Active": 5000 - result.count("refreshExpired"),
         }
         assert await statuses(conn, "sign_in_confirmation_requests") == {"Pending": 10}
         largest = await conn.fetchval(

@@ -15,8 +15,9 @@ from datetime import datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.identity import sql
+from pin_sessions.identity.repository.loaded import QUERIES
 from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.queries import Query
 from pin_sessions.platform.runtime import Runtime
 from tests.identity.jobs.rows import insert_refresh_sessions, insert_sicr, insert_user
 from tests.identity.jobs.support import expire_once, expire_sessions_worker
@@ -82,7 +83,7 @@ async def test_each_flipped_row_observes_its_lag_and_nothing_is_left_overdue(
 
     result = await expire_once(runtime, registry, batch_size=batch_size)
 
-    assert (result.refresh.expired, result.sicr.expired) == (3, 2)
+    assert (result.count("refreshExpired"), result.count("sicrExpired")) == (3, 2)
     assert _lag(registry, "refresh") == {
         "10.0": 0, "30.0": 1, "60.0": 1, "120.0": 2, "360.0": 2, "600.0": 2, "900.0": 3,
         "+Inf": 3, "sum": 820, "count": 3,
@@ -105,14 +106,16 @@ async def test_rows_left_behind_show_how_overdue_the_oldest_is_until_flipped(
 
     # Stopped before its phases: nothing flips, but what is left is measured.
     skipped = await worker.run_pass(stop)
-    assert skipped is not None and skipped.expired == 0
+    assert (
+        skipped is not None and skipped.count("refreshExpired") + skipped.count("sicrExpired") == 0
+    )
     assert (_oldest(registry, "refresh"), _oldest(registry, "sicr")) == (700, 400)
     assert _lag(registry, "refresh")["count"] == 0
 
     # A minute later the next run flips them, each a minute later than it would have.
     clock.advance(timedelta(minutes=1))
     done = await worker.run_pass(asyncio.Event())
-    assert done is not None and done.expired == 5
+    assert done is not None and done.count("refreshExpired") + done.count("sicrExpired") == 5
     assert (_oldest(registry, "refresh"), _oldest(registry, "sicr")) == (0, 0)
     assert _lag(registry, "refresh")["sum"] == sum(s + 60 for s in REFRESH_OVERDUE)
     assert _lag(registry, "sicr")["sum"] == sum(s + 60 for s in SICR_OVERDUE)
@@ -131,7 +134,7 @@ async def test_a_locked_row_the_chunks_skip_stays_overdue_in_the_gauge(
         )
         result = await expire_once(runtime, registry, batch_size=1)
 
-    assert (result.refresh.expired, result.refresh.remaining) == (2, 1)
+    assert (result.count("refreshExpired"), result.phases["refresh"].remaining) == (2, 1)
     assert _oldest(registry, "refresh") == max(REFRESH_OVERDUE)
     assert _lag(registry, "refresh")["sum"] == sum(sorted(REFRESH_OVERDUE)[:2])
 
@@ -139,12 +142,12 @@ async def test_a_locked_row_the_chunks_skip_stays_overdue_in_the_gauge(
 @pytest.mark.parametrize(
     ("statement", "index"),
     [
-        (sql.OLDEST_EXPIRED_REFRESH_SESSION, "ix_refresh_sessions_expires_at"),
-        (sql.OLDEST_EXPIRED_SICR, "ix_sicr_expires_at"),
+        (QUERIES.oldest_expired_refresh_session, "ix_refresh_sessions_expires_at"),
+        (QUERIES.oldest_expired_sicr, "ix_sicr_expires_at"),
     ],
 )
 async def test_the_oldest_overdue_row_is_the_first_entry_of_the_partial_index(
-    runtime: Runtime, statement: str, index: str
+    runtime: Runtime, statement: Query, index: str
 ) -> None:
     """Whatever the table holds, the gauge costs one index-only read at the index's start."""
     now = runtime.clock.now()
@@ -175,13 +178,13 @@ async def test_the_oldest_overdue_row_is_the_first_entry_of_the_partial_index(
             # connection's, however brief) predates the inserts: vacuum until it has.
             await conn.execute("vacuum")
             rows = await conn.fetch(
-                f"explain (analyze, buffers off, costs off, timing off) {statement}", now
+                f"explain (analyze, buffers off, costs off, timing off) {statement.text}", now
             )
             plans.append("\n".join(row[0] for row in rows))
             return "Heap Fetches: 0" in plans[-1]
 
         await wait_until(read_from_the_index_alone, timeout=30, interval=0.5)
-        oldest: datetime = await conn.fetchval(statement, now)
+        oldest: datetime = await statement.fetchval(conn, now=now)
     plan = plans[-1]
 
     assert oldest == old

@@ -8,17 +8,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.identity.jobs.session_retention import (
-    SessionRetentionResult,
-    build_session_retention_job,
-)
-from pin_sessions.identity.sql import (
-    DELETE_RETIRED_REFRESH_SESSIONS_BATCH,
-    DELETE_RETIRED_SICR_BATCH,
-    EXPIRE_REFRESH_SESSIONS_CHUNK,
-    EXPIRE_SICR_CHUNK,
-)
-from pin_sessions.platform.jobs import EARLIEST, PollingWorker
+from pin_sessions.identity.jobs.session_retention import build_session_retention_job
+from pin_sessions.identity.repository.loaded import QUERIES
+from pin_sessions.platform.batching import EARLIEST
+from pin_sessions.platform.jobs import PollingWorker, RunResult
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import SessionRetentionSettings
 from tests.identity.jobs.rows import (
@@ -32,12 +25,8 @@ from tests.identity.jobs.rows import (
 DAY = timedelta(days=1)
 
 
-async def _retain_once(
-    runtime: Runtime, registry: CollectorRegistry, **options: Any
-) -> SessionRetentionResult:
-    job = build_session_retention_job(
-        runtime.database, SessionRetentionSettings(**options), registry
-    )
+async def _retain_once(runtime: Runtime, registry: CollectorRegistry, **options: Any) -> RunResult:
+    job = build_session_retention_job(runtime.database, SessionRetentionSettings(**options))
     worker = PollingWorker(
         job, clock=runtime.clock, interval=job.options.polling_interval, registry=registry
     )
@@ -63,7 +52,7 @@ async def test_terminal_sicr_older_than_30_days_are_deleted_and_pending_never(
 
     result = await _retain_once(runtime, registry)
 
-    assert (result.sicr.deleted, result.refresh.deleted) == (5, 0)
+    assert (result.count("sicrDeleted"), result.count("refreshDeleted")) == (5, 0)
     async with runtime.database.connection() as conn:
         assert await statuses(conn, "sign_in_confirmation_requests") == {"Pending": 4, "Expired": 5}
     deleted = {"table": "sign_in_confirmation_requests"}
@@ -102,7 +91,7 @@ async def test_terminal_refresh_sessions_created_over_90_days_ago_go_and_active_
 
     result = await _retain_once(runtime, registry)
 
-    assert (result.sicr.deleted, result.refresh.deleted) == (0, 3)
+    assert (result.count("sicrDeleted"), result.count("refreshDeleted")) == (0, 3)
     async with runtime.database.connection() as conn:
         assert await statuses(conn, "refresh_sessions") == {
             "Active": 1,
@@ -125,7 +114,7 @@ async def test_retention_deletes_in_bounded_batches(
 
     result = await _retain_once(runtime, registry, batch_size=10)
 
-    assert result.sicr.deleted == 25
+    assert result.count("sicrDeleted") == 25
     async with runtime.database.connection() as conn:
         per_transaction = await conn.fetch(
             "select count(*) as n from public.test_transitions group by txid order by n desc"
@@ -150,7 +139,7 @@ async def test_a_spent_run_budget_leaves_each_phase_one_batch_and_the_rest_to_th
     )
 
     # The budget is spent after the first batch; refresh sessions still get theirs.
-    assert (result.sicr.deleted, result.refresh.deleted) == (10, 10)
+    assert (result.count("sicrDeleted"), result.count("refreshDeleted")) == (10, 10)
     assert result.succeeded
     async with runtime.database.connection() as conn:
         assert await statuses(conn, "sign_in_confirmation_requests") == {"Expired": 15}
@@ -176,12 +165,16 @@ async def test_every_job_statement_finds_its_rows_through_an_index(runtime: Runt
         await insert_sicr(conn, count=500, status="Expired", created_at=old, expires_at=old)
         await conn.execute("analyze")
         expectations = [
-            (EXPIRE_REFRESH_SESSIONS_CHUNK, "ix_refresh_sessions_expires_at"),
-            (EXPIRE_SICR_CHUNK, "ix_sicr_expires_at"),
-            (DELETE_RETIRED_SICR_BATCH, "ix_sicr_retention_created_at"),
-            (DELETE_RETIRED_REFRESH_SESSIONS_BATCH, "ix_refresh_sessions_retention_created_at"),
+            (QUERIES.expire_refresh_sessions_chunk, "ix_refresh_sessions_expires_at"),
+            (QUERIES.expire_sicr_chunk, "ix_sicr_expires_at"),
+            (QUERIES.delete_retired_sicr_batch, "ix_sicr_retention_created_at"),
+            (
+                QUERIES.delete_retired_refresh_sessions_batch,
+                "ix_refresh_sessions_retention_created_at",
+            ),
         ]
-        for sql, index in expectations:
-            rows = await conn.fetch(f"explain {sql}", now, 5000, EARLIEST)
+        for query, index in expectations:
+            arguments = query.args(bound=now, batch_size=5000, reached=EARLIEST)
+            rows = await conn.fetch(f"explain {query.text}", *arguments)
             plan = "\n".join(row[0] for row in rows)
             assert "Seq Scan" not in plan and index in plan, plan

@@ -12,8 +12,8 @@ from jsonschema import Draft202012Validator
 from pin_sessions.bootstrap import CONSUMERS, PUBLISHED_TOPICS
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.platform.messaging.kafka_admin import PRODUCTION_REPLICATION_FACTOR
-from pin_sessions.platform.metrics import new_registry
 from tests.conftest import T0
+from tests.support.runtime import unconnected_runtime
 
 ROOT = Path(__file__).resolve().parents[3]
 ASYNCAPI = ROOT / "docs" / "asyncapi.json"
@@ -90,4 +90,4 @@ def test_every_consumer_of_the_service_is_documented_on_its_topic() -> None:
         for operation in document["operations"].values()
         if operation["action"] == "receive"
     }
-    assert received == {build(new_registry()).topic for build in CONSUMERS.values()}
+    assert received == {build(unconnected_runtime()).topic for build in CONSUMERS.values()}

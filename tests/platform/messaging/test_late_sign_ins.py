@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.outbox import append
-from pin_sessions.user_activity import operations
+from pin_sessions.user_activity import linking, sessions
 from pin_sessions.user_activity.consumers import SIGN_INS_TOPIC, SignedInConsumer
 from pin_sessions.user_activity.domain import SignedInCaller, device_info
 from pin_sessions.user_activity.events import SESSION_ENDED_TOPIC
@@ -70,7 +70,7 @@ class LateSignIns:
 
 async def _guest_device(pipeline: Pipeline) -> tuple[uuid.UUID, uuid.UUID]:
     anonymous_id = new_id()
-    started = await operations.start_session(
+    started = await sessions.start_session(
         pipeline.runtime.database, anonymous_id, None, DEVICE, T0
     )
     return anonymous_id, started.session.id
@@ -107,7 +107,7 @@ async def test_a_sign_in_delivered_after_a_later_users_link_closes_nothing(
     await sign_ins.write(user_b, anonymous_id, B_SIGNED_IN_AT)
     b_link = T0 + timedelta(minutes=3)
     b_signed_in = SignedInCaller(user_b, B_SIGNED_IN_AT)
-    await operations.link(runtime.database, anonymous_id, b_signed_in, DEVICE, b_link)
+    await linking.link(runtime.database, anonymous_id, b_signed_in, DEVICE, b_link)
 
     clock.set(CATCHING_UP_AT)
     sign_ins.start()

@@ -11,14 +11,15 @@ import uuid
 
 from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErased
 from pin_sessions.dev_stats.domain import SessionFact
-from pin_sessions.dev_stats.operations import record_session_ended
+from pin_sessions.dev_stats.recording import record_session_ended
 from pin_sessions.identity.user_data import RequestedBy, UserData
 from pin_sessions.platform.ids import new_id
-from pin_sessions.user_activity import operations
+from pin_sessions.user_activity import recording, sessions
 from pin_sessions.user_activity.consumers import UserErasedConsumer as ActivityUserErased
 from pin_sessions.user_activity.domain import SignedInCaller, device_info
 from tests.conftest import T0
 from tests.platform.messaging.pipeline import Pipeline, RenamedPreparing, eventually
+from tests.support.erasure import ERASURE_BATCH
 from tests.support.tokens import Tokens
 from tests.support.users import signed_in_user
 from tests.user_activity.conftest import IPHONE
@@ -41,8 +42,8 @@ async def test_an_erasure_is_applied_by_both_contexts(pipeline: Pipeline) -> Non
     anonymous_id = new_id()
     device = device_info(IPHONE, None)
     caller = SignedInCaller(user.user_id, now)
-    await operations.start_session(runtime.database, anonymous_id, caller, device, now)
-    await operations.record_action(
+    await sessions.start_session(runtime.database, anonymous_id, caller, device, now)
+    await recording.record_action(
         runtime.database,
         anonymous_id,
         caller,
@@ -77,10 +78,14 @@ async def test_an_erasure_is_applied_by_both_contexts(pipeline: Pipeline) -> Non
             )
     pipeline.start_consumers(
         RenamedPreparing(
-            ActivityUserErased(), pipeline.consumer_name("user-activity-user-erased"), topic
+            ActivityUserErased(ERASURE_BATCH),
+            pipeline.consumer_name("user-activity-user-erased"),
+            topic,
         ),
         RenamedPreparing(
-            DevStatsUserErased(), pipeline.consumer_name("dev-stats-user-erased"), topic
+            DevStatsUserErased(ERASURE_BATCH),
+            pipeline.consumer_name("dev-stats-user-erased"),
+            topic,
         ),
     )
 

@@ -9,17 +9,11 @@ from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.platform.database import Database
-from pin_sessions.platform.jobs import PollingWorker
+from pin_sessions.platform.jobs import PollingWorker, RunResult
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import ActivityCloserSettings, ActivityRetentionSettings
-from pin_sessions.user_activity.jobs.activity_closer import (
-    ActivityCloserResult,
-    build_activity_closer_job,
-)
-from pin_sessions.user_activity.jobs.activity_retention import (
-    ActivityRetentionResult,
-    build_activity_retention_job,
-)
+from pin_sessions.user_activity.jobs.activity_closer import build_activity_closer_job
+from pin_sessions.user_activity.jobs.activity_retention import build_activity_retention_job
 from tests.support.waiting import wait_until
 
 COUNT_LOCK_WAITERS = """
@@ -35,11 +29,9 @@ def closer_worker(
     tracer: Tracer | None = None,
     database: Database | None = None,
     **options: Any,
-) -> PollingWorker[ActivityCloserResult]:
+) -> PollingWorker:
     """``database`` gives the closer a pool of its own, as a separate process would have."""
-    job = build_activity_closer_job(
-        database or runtime.database, ActivityCloserSettings(**options), registry
-    )
+    job = build_activity_closer_job(database or runtime.database, ActivityCloserSettings(**options))
     return PollingWorker(
         job,
         clock=runtime.clock,
@@ -49,20 +41,14 @@ def closer_worker(
     )
 
 
-async def close_once(
-    runtime: Runtime, registry: CollectorRegistry, **options: Any
-) -> ActivityCloserResult:
+async def close_once(runtime: Runtime, registry: CollectorRegistry, **options: Any) -> RunResult:
     result = await closer_worker(runtime, registry, **options).run_pass(asyncio.Event())
     assert result is not None
     return result
 
 
-async def retain_once(
-    runtime: Runtime, registry: CollectorRegistry, **options: Any
-) -> ActivityRetentionResult:
-    job = build_activity_retention_job(
-        runtime.database, ActivityRetentionSettings(**options), registry
-    )
+async def retain_once(runtime: Runtime, registry: CollectorRegistry, **options: Any) -> RunResult:
+    job = build_activity_retention_job(runtime.database, ActivityRetentionSettings(**options))
     worker = PollingWorker(
         job, clock=runtime.clock, interval=job.options.polling_interval, registry=registry
     )

@@ -64,7 +64,11 @@ async def test_an_idle_session_closes_with_its_duration_end_views_and_events(
 
     result = await close_once(runtime, registry)
 
-    assert (result.closed, result.views_closed, result.backlog_remaining) == (1, 2, 0)
+    assert (result.count("closed"), result.count("viewsClosed"), result.backlog_remaining) == (
+        1,
+        2,
+        0,
+    )
     async with runtime.database.connection() as conn:
         session = await conn.fetchrow(
             "select * from user_activity.sessions where id = $1", session_id
@@ -114,7 +118,7 @@ async def test_only_sessions_idle_for_more_than_the_threshold_close(
 
     result = await close_once(runtime, registry)
 
-    assert result.closed == 1
+    assert result.count("closed") == 1
     async with runtime.database.connection() as conn:
         rows = await conn.fetch("select id, status from user_activity.sessions")
     assert {row["id"]: row["status"] for row in rows} == {
@@ -136,7 +140,7 @@ async def test_the_inactivity_threshold_comes_from_the_settings(
     kept = await close_once(runtime, registry)
     closed = await close_once(runtime, CollectorRegistry(), inactivity_threshold=10 * MINUTE)
 
-    assert (kept.closed, closed.closed) == (0, 3)
+    assert (kept.count("closed"), closed.count("closed")) == (0, 3)
 
 
 async def test_a_second_run_finds_nothing_left_to_close(
@@ -154,8 +158,8 @@ async def test_a_second_run_finds_nothing_left_to_close(
     second = await worker.run_pass(asyncio.Event())
 
     assert first is not None and second is not None
-    assert (first.closed, first.views_closed) == (5, 5)
-    assert (second.closed, second.views_closed) == (0, 0)
+    assert (first.count("closed"), first.count("viewsClosed")) == (5, 5)
+    assert (second.count("closed"), second.count("viewsClosed")) == (0, 0)
     assert len(await outbox(runtime, "pin.user-activity.session-ended")) == 5
 
 
@@ -170,7 +174,11 @@ async def test_a_backlog_is_closed_in_batches_of_batch_size(
 
     result = await close_once(runtime, registry, batch_size=10)
 
-    assert (result.closed, result.batches, result.backlog_remaining) == (25, 3, 0)
+    assert (
+        result.count("closed"),
+        result.phases["close"].progress.batches,
+        result.backlog_remaining,
+    ) == (25, 3, 0)
     # One transaction per batch: each batch's events share one transaction id.
     async with runtime.database.connection() as conn:
         per_transaction = await conn.fetch(
@@ -193,7 +201,11 @@ async def test_max_run_duration_ends_the_run_between_batches_and_reports_the_res
     )
 
     assert result.succeeded
-    assert (result.closed, result.batches, result.backlog_remaining) == (10, 1, 25)
+    assert (
+        result.count("closed"),
+        result.phases["close"].progress.batches,
+        result.backlog_remaining,
+    ) == (10, 1, 25)
     assert result.to_json()["backlogRemaining"] == 25
     assert registry.get_sample_value("user_activity_activity_closer_backlog") == 25
 
@@ -212,7 +224,11 @@ async def test_stop_set_before_a_run_closes_nothing(
     result = await closer_worker(runtime, registry).run_pass(stop)
 
     assert result is not None
-    assert (result.skipped, result.closed, result.backlog_remaining) == (True, 0, 3)
+    assert (result.phases["close"].skipped, result.count("closed"), result.backlog_remaining) == (
+        True,
+        0,
+        3,
+    )
 
 
 async def test_stop_during_a_run_lets_the_running_batch_commit_and_starts_no_other(
@@ -236,10 +252,10 @@ async def test_stop_during_a_run_lets_the_running_batch_commit_and_starts_no_oth
     await stopper
 
     assert result is not None
-    assert 0 < result.closed < 2000
-    assert result.closed % 20 == 0, "every started batch ran to its end"
-    assert result.backlog_remaining == 2000 - result.closed
-    assert len(await outbox(runtime, "pin.user-activity.session-ended")) == result.closed
+    assert 0 < result.count("closed") < 2000
+    assert result.count("closed") % 20 == 0, "every started batch ran to its end"
+    assert result.backlog_remaining == 2000 - result.count("closed")
+    assert len(await outbox(runtime, "pin.user-activity.session-ended")) == result.count("closed")
 
 
 class _TickingClock(FixedClock):
@@ -264,7 +280,7 @@ async def test_each_batch_stamps_the_sessions_it_closes_with_its_own_time(
 
     result = await close_once(timed, registry, batch_size=1)
 
-    assert (result.closed, result.batches) == (3, 4)
+    assert (result.count("closed"), result.phases["close"].progress.batches) == (3, 4)
     async with runtime.database.connection() as conn:
         ended = await conn.fetch("select ended_at from user_activity.sessions order by ended_at")
         event_times = await conn.fetch(

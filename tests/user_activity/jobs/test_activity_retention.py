@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.user_activity.sql import CLAIM_RETIRED_SESSIONS
+from pin_sessions.user_activity.repository.loaded import QUERIES
 from tests.user_activity.jobs.rows import insert_actions, insert_sessions, insert_views
 from tests.user_activity.jobs.support import retain_once
 
@@ -61,11 +61,15 @@ async def test_old_inactive_sessions_go_with_their_children_and_active_never(
     result = await retain_once(runtime, registry)
 
     assert result.succeeded
-    assert result.deleted == {"sessions": 4, "property_object_views": 4, "action_events": 8}
+    assert result.phases["delete"].counts == {
+        "sessions": 4,
+        "property_object_views": 4,
+        "action_events": 8,
+    }
     assert await _counts(runtime, list(retired)) == (0, 0, 0)
     assert await _counts(runtime, list(kept_inactive)) == (2, 2, 2)
     assert await _counts(runtime, list(ancient_active)) == (2, 2, 2)
-    for table, count in result.deleted.items():
+    for table, count in result.phases["delete"].counts.items():
         assert registry.get_sample_value(DELETED_TOTAL, {"table": table}) == count
 
 
@@ -93,7 +97,7 @@ async def test_the_retention_age_is_measured_from_the_creation_of_the_session(
 
     result = await retain_once(runtime, registry)
 
-    assert result.deleted["sessions"] == 1
+    assert result.count("sessionsDeleted") == 1
     assert await _counts(runtime, [long_session]) == (0, 0, 0)
     assert await _counts(runtime, [year_old]) == (1, 0, 0)
 
@@ -111,7 +115,11 @@ async def test_retention_deletes_in_bounded_batches(
 
     result = await retain_once(runtime, registry, batch_size=10)
 
-    assert (result.deleted["sessions"], result.batches, result.largest_batch) == (25, 3, 10)
+    assert (
+        result.count("sessionsDeleted"),
+        result.phases["delete"].progress.batches,
+        result.phases["delete"].progress.largest_batch,
+    ) == (25, 3, 10)
     assert await _counts(runtime, list(ids)) == (0, 0, 0)
 
 
@@ -130,7 +138,7 @@ async def test_a_spent_run_budget_ends_the_run_between_batches(
     )
 
     assert result.succeeded
-    assert (result.deleted["sessions"], result.batches) == (10, 1)
+    assert (result.count("sessionsDeleted"), result.phases["delete"].progress.batches) == (10, 1)
     assert await _counts(runtime, list(ids)) == (15, 0, 0)
 
 
@@ -173,12 +181,14 @@ async def test_an_empty_table_is_a_no_op_success(
 
 
 async def test_the_claim_goes_through_the_retention_index(runtime: Runtime) -> None:
+    claim = QUERIES.claim_retired_sessions
     async with runtime.database.transaction() as conn:
         await conn.execute("set local enable_seqscan = off")
         plan = "\n".join(
             row[0]
             for row in await conn.fetch(
-                f"explain {CLAIM_RETIRED_SESSIONS}", runtime.clock.now(), 1000
+                f"explain {claim.text}",
+                *claim.args(created_before=runtime.clock.now(), batch_size=1000),
             )
         )
     assert "ix_sessions_retention_created_at" in plan and "Sort" not in plan, plan
@@ -214,7 +224,7 @@ async def test_idempotency_keys_past_their_24_hours_are_deleted_and_newer_ones_k
     result = await retain_once(runtime, registry)
 
     assert result.succeeded
-    assert result.keys.deleted == 3
+    assert result.count("idempotencyKeysDeleted") == 3
     assert result.to_json()["idempotencyKeysDeleted"] == 3
     async with runtime.database.connection() as conn:
         assert await conn.fetchval("select count(*) from user_activity.idempotency_keys") == 2

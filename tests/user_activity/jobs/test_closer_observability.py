@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.user_activity.sql import CLAIM_IDLE_SESSIONS
+from pin_sessions.user_activity.repository.loaded import QUERIES
 from tests.conftest import LogCapture
 from tests.user_activity.jobs.rows import insert_sessions, insert_views
 from tests.user_activity.jobs.support import close_once, closer_worker
@@ -93,7 +93,11 @@ async def test_a_failed_batch_rolls_back_is_logged_and_counted(
             await conn.execute("alter table messaging.outbox_away rename to outbox")
 
     assert not result.succeeded
-    assert (result.closed, result.views_closed, result.backlog_remaining) == (0, 0, 3)
+    assert (result.count("closed"), result.count("viewsClosed"), result.backlog_remaining) == (
+        0,
+        0,
+        3,
+    )
     assert registry.get_sample_value("user_activity_activity_closer_errors_total") == 1
     assert (
         registry.get_sample_value("user_activity_activity_closer_last_success_timestamp_seconds")
@@ -117,10 +121,14 @@ async def test_a_failed_batch_rolls_back_is_logged_and_counted(
 async def test_the_claim_goes_through_the_active_last_activity_index(runtime: Runtime) -> None:
     # With sequential scans priced out, a plan without the index means it cannot serve
     # the claim's predicate and order.
+    claim = QUERIES.claim_idle_sessions
     async with runtime.database.transaction() as conn:
         await conn.execute("set local enable_seqscan = off")
         plan = "\n".join(
             row[0]
-            for row in await conn.fetch(f"explain {CLAIM_IDLE_SESSIONS}", runtime.clock.now(), 500)
+            for row in await conn.fetch(
+                f"explain {claim.text}",
+                *claim.args(idle_before=runtime.clock.now(), batch_size=500),
+            )
         )
     assert "ix_sessions_active_last_activity" in plan and "Sort" not in plan, plan

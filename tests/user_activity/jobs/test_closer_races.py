@@ -14,9 +14,10 @@ from pin_sessions.platform.database import Database
 from pin_sessions.platform.devices import DeviceType
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.user_activity import operations, sql
+from pin_sessions.user_activity import linking
 from pin_sessions.user_activity.domain import DeviceInfo, SignedInCaller
 from pin_sessions.user_activity.linking import link_request
+from pin_sessions.user_activity.repository.loaded import QUERIES
 from tests.user_activity.conftest import device
 from tests.user_activity.jobs.rows import insert_sessions, insert_views, session_ended_counts
 from tests.user_activity.jobs.support import close_once, closer_worker, wait_for_lock_waiters
@@ -66,12 +67,15 @@ async def test_a_heartbeat_in_flight_keeps_its_session_open(
     now = runtime.clock.now()
     async with runtime.database.transaction() as heartbeat:
         # The heartbeat has updated the row and not committed yet when the closer claims.
-        assert len(await heartbeat.fetch(sql.HEARTBEAT_BATCH, [anonymous_id], [now])) == 1
+        extended = await QUERIES.heartbeat_batch.fetch(
+            heartbeat, anonymous_ids=[anonymous_id], ats=[now]
+        )
+        assert len(extended) == 1
         result = await close_once(runtime, registry)
-    assert result.closed == 0
+    assert result.count("closed") == 0
     assert await _status(runtime, session_id) == "Active"
     # Committed, the heartbeat made the session fresh: the next run leaves it open too.
-    assert (await close_once(runtime, CollectorRegistry())).closed == 0
+    assert (await close_once(runtime, CollectorRegistry())).count("closed") == 0
     assert await _ended_counts(runtime) == {}
 
 
@@ -84,7 +88,7 @@ async def test_a_heartbeat_that_committed_first_keeps_the_session_open(
     result = await close_once(runtime, registry)
 
     assert response.json()["restarted"] is False
-    assert result.closed == 0
+    assert result.count("closed") == 0
     assert await _status(runtime, session_id) == "Active"
 
 
@@ -103,7 +107,7 @@ async def test_a_heartbeat_after_the_close_starts_a_new_session(
     result = await closing
     response = (await heartbeat).json()
 
-    assert result.closed == 1
+    assert result.count("closed") == 1
     assert await _status(runtime, session_id) == "Inactive"
     # INV-SES-003: the closed session is never touched again; the device gets a new one.
     assert response["restarted"] is True
@@ -127,7 +131,7 @@ async def test_link_force_close_first_then_the_closer_skips_the_session(
     after = await close_once(runtime, CollectorRegistry())
 
     assert outcome is not None and outcome.switched
-    assert (during.closed, after.closed) == (0, 0)
+    assert (during.count("closed"), after.count("closed")) == (0, 0)
     assert await _status(runtime, session_id) == "Inactive"
     assert await _ended_counts(runtime) == {str(session_id): 1}
 
@@ -143,16 +147,14 @@ async def test_the_closer_first_then_link_finds_no_session_to_force_close(
         closing = asyncio.create_task(close_once(runtime, registry))
         await wait_for_lock_waiters(runtime, 1)
         # Link waits on the session the closer holds.
-        linking = asyncio.create_task(
-            operations.link(
-                runtime.database, anonymous_id, SignedInCaller(user_b, now), DESKTOP, now
-            )
+        linker = asyncio.create_task(
+            linking.link(runtime.database, anonymous_id, SignedInCaller(user_b, now), DESKTOP, now)
         )
         await wait_for_lock_waiters(runtime, 2)
     result = await closing
-    outcome = await linking
+    outcome = await linker
 
-    assert result.closed == 1
+    assert result.count("closed") == 1
     # The closer won: link sees no Active session, so it starts one without closing any.
     assert (outcome.switched, outcome.created, outcome.session.user_id) == (False, True, user_b)
     assert await _ended_counts(runtime) == {str(session_id): 1}
@@ -175,7 +177,7 @@ async def test_many_links_racing_the_closer_end_every_session_exactly_once(
     async def link(anonymous_id: uuid.UUID) -> bool:
         caller = SignedInCaller(user_b, now)
         async with in_flight:
-            outcome = await operations.link(runtime.database, anonymous_id, caller, DESKTOP, now)
+            outcome = await linking.link(runtime.database, anonymous_id, caller, DESKTOP, now)
         return outcome.switched
 
     links_done = asyncio.Event()
@@ -186,7 +188,7 @@ async def test_many_links_racing_the_closer_end_every_session_exactly_once(
         while not links_done.is_set():
             result = await worker.run_pass(asyncio.Event())
             assert result is not None and result.succeeded
-            closed += result.closed
+            closed += result.count("closed")
             await asyncio.sleep(0)
         return closed
 

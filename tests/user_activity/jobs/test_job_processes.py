@@ -15,7 +15,7 @@ from pin_sessions.platform.database import Database
 from pin_sessions.platform.devices import DeviceType
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.user_activity import operations
+from pin_sessions.user_activity import linking
 from pin_sessions.user_activity.domain import DeviceInfo, SignedInCaller
 from tests.support.processes import (
     communicate,
@@ -89,7 +89,7 @@ async def test_two_closer_processes_and_link_force_close_end_every_session_exact
         async def link(anonymous_id: uuid.UUID) -> bool:
             now = datetime.now(UTC)
             caller = SignedInCaller(user_b, now)
-            outcome = await operations.link(linker, anonymous_id, caller, DESKTOP, now)
+            outcome = await linking.link(linker, anonymous_id, caller, DESKTOP, now)
             return outcome.switched
 
         # Every link waits for the closers' row locks at once: a pool without the API's

@@ -22,86 +22,66 @@ still runs, and ``stop`` and ``max_run_duration`` are read between batches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar
 
-from prometheus_client import CollectorRegistry, Counter
-
-from pin_sessions.identity import sql
-from pin_sessions.platform.jobs import JobRun, KeysetCursor, PhaseOutcome
+from pin_sessions.identity import repository
+from pin_sessions.platform.job_spec import Count, JobSpec, Phase, counter, errors
+from pin_sessions.platform.jobs import JobRun, PhaseRun
 from pin_sessions.settings import SessionRetentionSettings
 
 if TYPE_CHECKING:
-    import uuid
     from datetime import datetime
 
     from pin_sessions.platform.database import Database
+    from pin_sessions.platform.queries import Query
 
 SICR_TABLE = "sign_in_confirmation_requests"
 REFRESH_TABLE = "refresh_sessions"
+TABLES = ((SICR_TABLE,), (REFRESH_TABLE,))
 
-
-@dataclass(frozen=True)
-class RetentionPhase:
-    name: str
-    table: str
-    delete_batch_sql: str
-
-
-@dataclass(frozen=True)
-class SessionRetentionMetrics:
-    deleted: Counter
-    errors: Counter
-
-    @classmethod
-    def register(cls, registry: CollectorRegistry) -> SessionRetentionMetrics:
-        metrics = cls(
-            deleted=Counter(
-                "identity_session_retention_deleted_total",
-                "Terminal identity rows deleted by retention, by table",
-                ["table"],
-                registry=registry,
+SPEC = JobSpec(
+    name="session-retention",
+    metric_prefix="identity_session_retention",
+    metrics=(
+        counter(
+            "deleted_total",
+            "Terminal identity rows deleted by retention, by table",
+            labels=("table",),
+            series=TABLES,
+        ),
+        errors("Failed retention phases, by table", labels=("table",), series=TABLES),
+    ),
+    phases=(
+        Phase(
+            "sicr",
+            counts=(
+                Count(
+                    "deleted",
+                    "sicrDeleted",
+                    log="deletedCount",
+                    counter="deleted_total",
+                    labels=(SICR_TABLE,),
+                ),
             ),
-            errors=Counter(
-                "identity_session_retention_errors_total",
-                "Failed retention phases, by table",
-                ["table"],
-                registry=registry,
+            error_labels=(SICR_TABLE,),
+        ),
+        Phase(
+            "refresh",
+            counts=(
+                Count(
+                    "deleted",
+                    "refreshDeleted",
+                    log="deletedCount",
+                    counter="deleted_total",
+                    labels=(REFRESH_TABLE,),
+                ),
             ),
-        )
-        for table in (SICR_TABLE, REFRESH_TABLE):
-            metrics.deleted.labels(table=table)
-            metrics.errors.labels(table=table)
-        return metrics
-
-
-@dataclass(kw_only=True)
-class RetentionOutcome(PhaseOutcome):
-    deleted: int = 0
-
-    def counts(self) -> dict[str, int]:
-        return {"deletedCount": self.deleted}
-
-
-@dataclass(frozen=True)
-class SessionRetentionResult:
-    job_run_id: uuid.UUID
-    sicr: RetentionOutcome
-    refresh: RetentionOutcome
-    duration_ms: int
-
-    @property
-    def succeeded(self) -> bool:
-        return not (self.sicr.failed or self.refresh.failed)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "jobRunId": str(self.job_run_id),
-            "sicrDeleted": self.sicr.deleted,
-            "refreshDeleted": self.refresh.deleted,
-            "durationMs": self.duration_ms,
-        }
+            error_labels=(REFRESH_TABLE,),
+        ),
+    ),
+)
 
 
 @dataclass
@@ -110,47 +90,29 @@ class SessionRetentionJob:
 
     database: Database
     options: SessionRetentionSettings
-    metrics: SessionRetentionMetrics
-    name: str = field(default="session-retention", init=False)
-    metric_prefix: str = field(default="identity_session_retention", init=False)
+    spec: ClassVar[JobSpec] = SPEC
 
-    async def run_once(self, now: datetime, run: JobRun) -> SessionRetentionResult:
+    async def run_once(self, now: datetime, run: JobRun) -> None:
         phases = (
-            (
-                RetentionPhase("sicr", SICR_TABLE, sql.DELETE_RETIRED_SICR_BATCH),
-                self.options.sicr_age,
-            ),
-            (
-                RetentionPhase("refresh", REFRESH_TABLE, sql.DELETE_RETIRED_REFRESH_SESSIONS_BATCH),
-                self.options.refresh_age,
-            ),
+            ("sicr", repository.RETIRED_SICR, self.options.sicr_age),
+            ("refresh", repository.RETIRED_REFRESH_SESSIONS, self.options.refresh_age),
         )
-        outcomes = {}
-        for phase, age in phases:
-            outcome = outcomes[phase.name] = RetentionOutcome(phase=phase.name)
-            work = partial(self._delete, phase, now - age, run, outcome)
-            await run.phase(outcome, work, errors=self.metrics.errors.labels(table=phase.table))
-        return SessionRetentionResult(
-            run.id, outcomes["sicr"], outcomes["refresh"], duration_ms=run.elapsed_ms()
-        )
+        for name, query, age in phases:
+            await run.phase(name, partial(self._delete, query, now - age))
 
-    async def _delete(
-        self, phase: RetentionPhase, cutoff: datetime, run: JobRun, outcome: RetentionOutcome
-    ) -> None:
-        cursor = KeysetCursor(phase.delete_batch_sql, cutoff)
-        deleted = self.metrics.deleted.labels(table=phase.table)
+    async def _delete(self, query: Query, cutoff: datetime, phase: PhaseRun) -> None:
+        cursor = repository.retention_batches(query, cutoff)
         async with self.database.connection() as conn:
 
             async def batch() -> int:
                 count = await cursor.next(conn, self.options.batch_size)
-                outcome.deleted += count
-                deleted.inc(count)
+                phase.add("deleted", count)
                 return count
 
-            await run.batches(self.options, batch)
+            await phase.batches(self.options, batch)
 
 
 def build_session_retention_job(
-    database: Database, options: SessionRetentionSettings, registry: CollectorRegistry
+    database: Database, options: SessionRetentionSettings
 ) -> SessionRetentionJob:
-    return SessionRetentionJob(database, options, SessionRetentionMetrics.register(registry))
+    return SessionRetentionJob(database, options)

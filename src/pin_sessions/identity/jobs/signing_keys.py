@@ -20,13 +20,10 @@ a no-op all the same.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from pin_sessions.identity.keys import (
-    AppliedPlan,
     KeyCipher,
     KeyStatus,
     RotationPolicy,
@@ -35,80 +32,49 @@ from pin_sessions.identity.keys import (
     lock_keys,
     rotation_plan,
 )
-from pin_sessions.platform.jobs import JobRun, PhaseOutcome
+from pin_sessions.platform.job_spec import Count, JobSpec, Phase, counter, errors, gauge
+from pin_sessions.platform.jobs import JobRun, PhaseRun
 from pin_sessions.settings import SigningKeysSettings
 
 if TYPE_CHECKING:
-    import uuid
     from datetime import datetime, timedelta
 
     from pin_sessions.platform.database import Database
 
+CHANGES = ("created", "activated", "retired", "dropped")
+CURRENT_AGE = "current_age_seconds"
 
-@dataclass(frozen=True)
-class SigningKeysMetrics:
-    changes: Counter
-    errors: Counter
-    current_age: Gauge
-
-    @classmethod
-    def register(cls, registry: CollectorRegistry) -> SigningKeysMetrics:
-        changes = Counter(
-            "identity_signing_keys_changes_total",
+SPEC = JobSpec(
+    name="signing-keys",
+    metric_prefix="identity_signing_keys",
+    metrics=(
+        counter(
+            "changes_total",
             "Signing keys created, activated, retired and dropped, by change",
-            ["change"],
-            registry=registry,
-        )
-        for change in ("created", "activated", "retired", "dropped"):
-            changes.labels(change=change)
-        return cls(
-            changes=changes,
-            errors=Counter(
-                "identity_signing_keys_errors_total",
-                "Failed rotation phases",
-                registry=registry,
+            labels=("change",),
+            series=tuple((change,) for change in CHANGES),
+        ),
+        errors("Failed rotation phases"),
+        gauge(CURRENT_AGE, "How long the Current signing key has been signing, as of the last run"),
+    ),
+    phases=(
+        Phase(
+            "rotate",
+            # The result lists each change's key ids; the line and the counter, how many.
+            counts=tuple(
+                Count(
+                    change,
+                    change,
+                    log=f"{change}Count",
+                    counter="changes_total",
+                    labels=(change,),
+                    listed=True,
+                )
+                for change in CHANGES
             ),
-            current_age=Gauge(
-                "identity_signing_keys_current_age_seconds",
-                "How long the Current signing key has been signing, as of the last run",
-                registry=registry,
-            ),
-        )
-
-
-@dataclass(kw_only=True)
-class RotateOutcome(PhaseOutcome):
-    applied: AppliedPlan = field(default_factory=AppliedPlan)
-
-    def counts(self) -> dict[str, int]:
-        return {
-            "createdCount": len(self.applied.created),
-            "activatedCount": len(self.applied.activated),
-            "retiredCount": len(self.applied.retired),
-            "droppedCount": len(self.applied.dropped),
-        }
-
-
-@dataclass(frozen=True)
-class SigningKeysResult:
-    job_run_id: uuid.UUID
-    rotate: RotateOutcome
-    duration_ms: int
-
-    @property
-    def succeeded(self) -> bool:
-        return not self.rotate.failed
-
-    def to_json(self) -> dict[str, Any]:
-        applied = self.rotate.applied
-        return {
-            "jobRunId": str(self.job_run_id),
-            "created": applied.created,
-            "activated": applied.activated,
-            "retired": applied.retired,
-            "dropped": applied.dropped,
-            "durationMs": self.duration_ms,
-        }
+        ),
+    ),
+)
 
 
 @dataclass
@@ -119,39 +85,32 @@ class SigningKeysJob:
     options: SigningKeysSettings
     cipher: KeyCipher
     token_lifetime: timedelta
-    metrics: SigningKeysMetrics
-    name: str = field(default="signing-keys", init=False)
-    metric_prefix: str = field(default="identity_signing_keys", init=False)
+    spec: ClassVar[JobSpec] = SPEC
 
-    async def run_once(self, now: datetime, run: JobRun) -> SigningKeysResult:
-        outcome = RotateOutcome(phase="rotate")
-
-        async def rotate() -> None:
+    async def run_once(self, now: datetime, run: JobRun) -> None:
+        async def rotate(phase: PhaseRun) -> None:
             policy = RotationPolicy(
                 self.options.rotate_after, self.options.publish_ahead, self.token_lifetime
             )
             async with self.database.transaction() as conn:
                 await lock_keys(conn)
                 plan = rotation_plan(await key_rows(conn), now, policy)
-                outcome.applied = await apply_plan(conn, self.cipher, plan, now)
+                applied = await apply_plan(conn, self.cipher, plan, now)
                 current = [key for key in await key_rows(conn) if key.status is KeyStatus.CURRENT]
-            for change, kids in vars(outcome.applied).items():
-                self.metrics.changes.labels(change=change).inc(len(kids))
+            for change, kids in vars(applied).items():
+                phase.add_items(change, kids)
             if current and current[0].activated_at is not None:
-                self.metrics.current_age.set((now - current[0].activated_at).total_seconds())
+                age = (now - current[0].activated_at).total_seconds()
+                run.metrics.gauge(CURRENT_AGE).set(age)
 
-        await run.phase(outcome, rotate, errors=self.metrics.errors)
-        return SigningKeysResult(run.id, outcome, duration_ms=run.elapsed_ms())
+        await run.phase("rotate", rotate)
 
 
 def build_signing_keys_job(
     database: Database,
     options: SigningKeysSettings,
-    registry: CollectorRegistry,
     *,
     cipher: KeyCipher,
     token_lifetime: timedelta,
 ) -> SigningKeysJob:
-    return SigningKeysJob(
-        database, options, cipher, token_lifetime, SigningKeysMetrics.register(registry)
-    )
+    return SigningKeysJob(database, options, cipher, token_lifetime)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
@@ -12,6 +13,15 @@ from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.process import RoleCannotRun, wait_or_stop
 
 log = structlog.get_logger(__name__)
+
+# How long one pass may spend deleting rows every reader has passed before it returns to
+# delivering: pruning is housekeeping, and what a pass leaves the next one deletes.
+PRUNE_BUDGET_SECONDS = 0.2
+
+
+def prune_deadline(budget_seconds: float) -> float:
+    """The ``time.monotonic()`` instant a pass that starts pruning now stops at."""
+    return time.monotonic() + budget_seconds
 
 
 async def run_passes(

@@ -24,10 +24,11 @@ from datetime import datetime
 
 import structlog
 
+from pin_sessions.platform.batching import rows_affected, until_short
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.messaging.envelope import from_outbox_row
-from pin_sessions.platform.messaging.loop import run_passes
+from pin_sessions.platform.messaging.loop import PRUNE_BUDGET_SECONDS, prune_deadline, run_passes
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.runner import ConsumerRunner
 
@@ -73,7 +74,8 @@ select last_txid::text as txid, last_position as position
 from messaging.bus_positions where consumer = any($1::text[])
 """
 
-# Rows every bus consumer has passed are of no use to anyone; delete them a chunk at a time.
+# Rows every bus consumer has passed are of no use to anyone; delete them a chunk at a time
+# (each its own statement), until a chunk comes back short or the pass's budget is spent.
 DELETE_PASSED = """
 delete from messaging.outbox where position in (
     select position from messaging.outbox
@@ -97,6 +99,7 @@ class PostgresBusConsumer:
         all_consumers: Sequence[str] = (),
         batch_size: int = 200,
         prune_batch_size: int = 1000,
+        prune_budget_seconds: float = PRUNE_BUDGET_SECONDS,
         idle_seconds: float = 0.1,
     ) -> None:
         self.name = f"consume.{runner.consumer}"
@@ -107,6 +110,7 @@ class PostgresBusConsumer:
         self._all_consumers = list(all_consumers)
         self._batch_size = batch_size
         self._prune_batch_size = prune_batch_size
+        self._prune_budget_seconds = prune_budget_seconds
         self._idle_seconds = idle_seconds
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -156,8 +160,15 @@ class PostgresBusConsumer:
         positions = await conn.fetch(SELECT_POSITIONS_OF, self._all_consumers)
         if len(positions) < len(self._all_consumers):
             return  # a consumer that never ran has read nothing yet
-        horizon = min((int(row["txid"]), row["position"]) for row in positions)
-        await conn.execute(DELETE_PASSED, str(horizon[0]), horizon[1], self._prune_batch_size)
+        txid, position = min((int(row["txid"]), row["position"]) for row in positions)
+
+        async def chunk() -> int:
+            status = await conn.execute(DELETE_PASSED, str(txid), position, self._prune_batch_size)
+            return rows_affected(status)
+
+        await until_short(
+            chunk, size=self._prune_batch_size, deadline=prune_deadline(self._prune_budget_seconds)
+        )
 
     async def _observe(
         self, conn: Connection, consumer: str, cursor: tuple[str, int], now: datetime

@@ -7,7 +7,8 @@
   later row of its aggregate.
 * A row is marked sent only after the broker acknowledged it (idempotent producer,
   ``acks=all``); a crash in between sends it again: a duplicate, never a loss.
-* Sent rows are deleted a bounded chunk at a time.
+* Sent rows are deleted a bounded chunk at a time, until a chunk comes back short or
+  the pass's pruning budget is spent (``platform.batching``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import structlog
@@ -23,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 from opentelemetry import trace
 from opentelemetry.trace import Span, Tracer
 
+from pin_sessions.platform.batching import rows_affected, until_short
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.messaging.envelope import Message, from_outbox_row
@@ -33,7 +36,7 @@ from pin_sessions.platform.messaging.kafka_admin import (
     ensure_topics,
     missing_topic_refusal,
 )
-from pin_sessions.platform.messaging.loop import run_passes
+from pin_sessions.platform.messaging.loop import PRUNE_BUDGET_SECONDS, prune_deadline, run_passes
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.tracing import end_publish_span, publish_span, record_headers
 
@@ -92,7 +95,8 @@ class OutboxRelay:
         bootstrap_servers: str,
         *,
         batch_size: int = 500,
-        delete_batch_size: int = 1000,
+        prune_batch_size: int = 1000,
+        prune_budget_seconds: float = PRUNE_BUDGET_SECONDS,
         idle_seconds: float = 0.1,
         message_timeout_ms: int = 10_000,
         tracer: Tracer | None = None,
@@ -117,7 +121,8 @@ class OutboxRelay:
         self._producer: Producer | None = None
         self._known_topics: set[str] = set()
         self._batch_size = batch_size
-        self._delete_batch_size = delete_batch_size
+        self._prune_batch_size = prune_batch_size
+        self._prune_budget_seconds = prune_budget_seconds
         self._idle_seconds = idle_seconds
         self._tracer = tracer or trace.get_tracer(__name__)
 
@@ -154,11 +159,19 @@ class OutboxRelay:
             acked, failed, error = await self._publish(messages)
             if acked:
                 await conn.execute(MARK_SENT, acked, self._clock.now())
-                await conn.execute(DELETE_SENT, self._delete_batch_size)
+                await until_short(
+                    partial(self._prune, conn),
+                    size=self._prune_batch_size,
+                    deadline=prune_deadline(self._prune_budget_seconds),
+                )
             if failed:
                 raise BrokerUnavailable(f"{failed} of {len(rows)} rows not acknowledged: {error}")
         await self._observe(conn, now)
         return len(rows) == self._batch_size
+
+    async def _prune(self, conn: Connection) -> int:
+        """One chunk of sent rows deleted (its own statement, committed): how many."""
+        return rows_affected(await conn.execute(DELETE_SENT, self._prune_batch_size))
 
     async def _publish(
         self, messages: list[tuple[int, Message]]

@@ -23,98 +23,59 @@ sessions stay Active for the next tick), is logged and counted, and ends the run
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from pin_sessions.platform.jobs import RUN_DURATION_BUCKETS_MS, PhaseOutcome
+from pin_sessions.platform.job_spec import (
+    Count,
+    JobSpec,
+    Phase,
+    backlog,
+    counter,
+    errors,
+    run_duration,
+)
 from pin_sessions.settings import ActivityCloserSettings
-from pin_sessions.user_activity import sql
+from pin_sessions.user_activity import repository
 from pin_sessions.user_activity.closing import close_sessions
 
 if TYPE_CHECKING:
-    import uuid
     from datetime import datetime
 
     from pin_sessions.platform.database import Database
-    from pin_sessions.platform.jobs import JobRun
+    from pin_sessions.platform.jobs import JobRun, PhaseRun
 
 log = structlog.get_logger(__name__)
 
 PHASE = "close"
 
-
-@dataclass(frozen=True)
-class ActivityCloserMetrics:
-    closed: Counter
-    views_closed: Counter
-    run_duration_ms: Histogram
-    backlog: Gauge
-    errors: Counter
-
-    @classmethod
-    def register(cls, registry: CollectorRegistry) -> ActivityCloserMetrics:
-        return cls(
-            closed=Counter(
-                "user_activity_activity_closer_closed_total",
-                "Sessions moved Active → Inactive for inactivity",
-                registry=registry,
+SPEC = JobSpec(
+    name="activity-closer",
+    metric_prefix="user_activity_activity_closer",
+    metrics=(
+        counter("closed_total", "Sessions moved Active → Inactive for inactivity"),
+        counter("views_closed_total", "Open property views ended with their idle session"),
+        run_duration("Duration of one ActivityCloserJob run in milliseconds"),
+        backlog("Active sessions past the inactivity threshold, at the end of a run"),
+        errors("Failed batches (lost connection, lock or statement timeout, ...)"),
+    ),
+    phases=(
+        Phase(
+            PHASE,
+            counts=(
+                Count("closed", "closed", log="closedCount", counter="closed_total"),
+                Count(
+                    "views_closed",
+                    "viewsClosed",
+                    log="viewsClosedCount",
+                    counter="views_closed_total",
+                ),
             ),
-            views_closed=Counter(
-                "user_activity_activity_closer_views_closed_total",
-                "Open property views ended with their idle session",
-                registry=registry,
-            ),
-            run_duration_ms=Histogram(
-                "user_activity_activity_closer_run_duration_ms",
-                "Duration of one ActivityCloserJob run in milliseconds",
-                registry=registry,
-                buckets=RUN_DURATION_BUCKETS_MS,
-            ),
-            backlog=Gauge(
-                "user_activity_activity_closer_backlog",
-                "Active sessions past the inactivity threshold, at the end of a run",
-                registry=registry,
-            ),
-            errors=Counter(
-                "user_activity_activity_closer_errors_total",
-                "Failed batches (lost connection, lock or statement timeout, ...)",
-                registry=registry,
-            ),
-        )
-
-
-@dataclass(kw_only=True)
-class ActivityCloserResult(PhaseOutcome):
-    """One run, which is its one phase; ``backlog_remaining`` is None when not counted."""
-
-    job_run_id: uuid.UUID
-    closed: int = 0
-    views_closed: int = 0
-    batches: int = 0
-    longest_batch_ms: float = 0.0
-    backlog_remaining: int | None = None
-    duration_ms: int = 0
-
-    @property
-    def succeeded(self) -> bool:
-        return not self.failed
-
-    def counts(self) -> dict[str, int]:
-        return {"closedCount": self.closed, "viewsClosedCount": self.views_closed}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "jobRunId": str(self.job_run_id),
-            "closed": self.closed,
-            "viewsClosed": self.views_closed,
-            "durationMs": self.duration_ms,
-            "backlogRemaining": self.backlog_remaining,
-        }
+        ),
+    ),
+)
 
 
 @dataclass
@@ -123,61 +84,49 @@ class ActivityCloserJob:
 
     database: Database
     options: ActivityCloserSettings
-    metrics: ActivityCloserMetrics
-    name: str = field(default="activity-closer", init=False)
-    metric_prefix: str = field(default="user_activity_activity_closer", init=False)
+    spec: ClassVar[JobSpec] = SPEC
 
-    async def run_once(self, now: datetime, run: JobRun) -> ActivityCloserResult:
+    async def run_once(self, now: datetime, run: JobRun) -> None:
         """Batches until one is short, the budget is spent or ``stop`` is set; then the backlog."""
         idle_before = now - self.options.inactivity_threshold
-        result = ActivityCloserResult(phase=PHASE, job_run_id=run.id)
 
-        async def batch() -> int:
-            return await self._close_batch(run.now(), idle_before, result)
+        async def close(phase: PhaseRun) -> None:
+            async def batch() -> int:
+                return await self._close_batch(run.now(), idle_before, phase)
 
-        close = partial(run.batches, self.options, batch)
-        await run.phase(result, close, errors=self.metrics.errors)
-        result.backlog_remaining = await self._count_backlog(idle_before)
-        result.duration_ms = run.elapsed_ms()
-        self.metrics.run_duration_ms.observe(result.duration_ms)
-        return result
+            await phase.batches(self.options, batch)
 
-    async def _close_batch(
-        self, ended_at: datetime, idle_before: datetime, result: ActivityCloserResult
-    ) -> int:
+        phase = await run.phase(PHASE, close)
+        phase.remaining = await self._count_backlog(idle_before)
+
+    async def _close_batch(self, ended_at: datetime, idle_before: datetime, phase: PhaseRun) -> int:
         """One transaction: claim a batch, close it at ``ended_at``; returns how many it claimed.
 
         A short claim ends the run: every other idle session is held by another closer or
         a linker, which will end it.
         """
-        started = time.monotonic()
         async with self.database.transaction() as conn:
-            rows = await conn.fetch(sql.CLAIM_IDLE_SESSIONS, idle_before, self.options.batch_size)
-            closed = await close_sessions(
-                conn, [row["id"] for row in rows], now=ended_at, idle_before=idle_before
+            claimed = await repository.claim_idle_sessions(
+                conn, idle_before, self.options.batch_size
             )
+            closed = await close_sessions(conn, claimed, now=ended_at, idle_before=idle_before)
         # Counted only once committed: a rolled-back batch closed nothing.
-        result.batches += 1
-        result.closed += len(closed.session_ids)
-        result.views_closed += closed.views_closed
-        result.longest_batch_ms = max(result.longest_batch_ms, (time.monotonic() - started) * 1000)
-        self.metrics.closed.inc(len(closed.session_ids))
-        self.metrics.views_closed.inc(closed.views_closed)
-        return len(rows)
+        phase.add("closed", len(closed.session_ids))
+        phase.add("views_closed", closed.views_closed)
+        return len(claimed)
 
     async def _count_backlog(self, idle_before: datetime) -> int | None:
         try:
             async with self.database.connection() as conn:
-                backlog: int = await conn.fetchval(sql.COUNT_IDLE_SESSIONS, idle_before)
+                backlog = await repository.count_idle_sessions(conn, idle_before)
         except Exception as exc:
             # The run's work is committed; only the gauge misses this tick.
             log.warning("backlog not counted", exception=f"{type(exc).__name__}: {exc}")
             return None
-        self.metrics.backlog.set(backlog)
         return backlog
 
 
 def build_activity_closer_job(
-    database: Database, options: ActivityCloserSettings, registry: CollectorRegistry
+    database: Database, options: ActivityCloserSettings
 ) -> ActivityCloserJob:
-    return ActivityCloserJob(database, options, ActivityCloserMetrics.register(registry))
+    return ActivityCloserJob(database, options)

@@ -21,98 +21,76 @@ and the table would otherwise keep one row per keyed request forever.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
-from prometheus_client import CollectorRegistry, Counter
-
-from pin_sessions.platform.jobs import PhaseOutcome, command_row_count
+from pin_sessions.platform.job_spec import Count, JobSpec, Phase, counter, errors
 from pin_sessions.settings import ActivityRetentionSettings
-from pin_sessions.user_activity import sql
+from pin_sessions.user_activity import repository
 from pin_sessions.user_activity.idempotency import KEY_LIFETIME
 
 if TYPE_CHECKING:
-    import uuid
     from datetime import datetime
 
-    from pin_sessions.platform.database import Connection, Database
-    from pin_sessions.platform.jobs import JobRun
-
-# Children first: their foreign keys RESTRICT the session's deletion.
-DELETES = (
-    ("action_events", sql.DELETE_ACTION_EVENTS),
-    ("property_object_views", sql.DELETE_PROPERTY_OBJECT_VIEWS),
-    ("sessions", sql.DELETE_SESSIONS),
-)
+    from pin_sessions.platform.database import Database
+    from pin_sessions.platform.jobs import JobRun, PhaseRun
 
 PHASE = "delete"
 KEYS_PHASE = "delete-idempotency-keys"
 KEYS_TABLE = "idempotency_keys"
+DELETED = "deleted_total"
 
-
-@dataclass(frozen=True)
-class ActivityRetentionMetrics:
-    deleted: Counter
-    errors: Counter
-
-    @classmethod
-    def register(cls, registry: CollectorRegistry) -> ActivityRetentionMetrics:
-        metrics = cls(
-            deleted=Counter(
-                "user_activity_activity_retention_deleted_total",
-                "Rows deleted by activity retention, by table",
-                ["table"],
-                registry=registry,
+SPEC = JobSpec(
+    name="activity-retention",
+    metric_prefix="user_activity_activity_retention",
+    metrics=(
+        counter(
+            DELETED,
+            "Rows deleted by activity retention, by table",
+            labels=("table",),
+            series=(*((table,) for table, _ in repository.RETIRED_ROWS), (KEYS_TABLE,)),
+        ),
+        errors("Failed retention batches"),
+    ),
+    phases=(
+        Phase(
+            PHASE,
+            counts=(
+                Count(
+                    "sessions",
+                    "sessionsDeleted",
+                    log="deletedCount",
+                    counter=DELETED,
+                    labels=("sessions",),
+                ),
+                Count(
+                    "action_events",
+                    "actionEventsDeleted",
+                    counter=DELETED,
+                    labels=("action_events",),
+                ),
+                Count(
+                    "property_object_views",
+                    "propertyObjectViewsDeleted",
+                    counter=DELETED,
+                    labels=("property_object_views",),
+                ),
             ),
-            errors=Counter(
-                "user_activity_activity_retention_errors_total",
-                "Failed retention batches",
-                registry=registry,
+        ),
+        Phase(
+            KEYS_PHASE,
+            counts=(
+                Count(
+                    "deleted",
+                    "idempotencyKeysDeleted",
+                    log="deletedCount",
+                    counter=DELETED,
+                    labels=(KEYS_TABLE,),
+                ),
             ),
-        )
-        for table in (*(table for table, _ in DELETES), KEYS_TABLE):
-            metrics.deleted.labels(table=table)
-        return metrics
-
-
-@dataclass(kw_only=True)
-class ExpiredKeysOutcome(PhaseOutcome):
-    """The second phase: expired idempotency keys deleted."""
-
-    deleted: int = 0
-
-    def counts(self) -> dict[str, int]:
-        return {"deletedCount": self.deleted}
-
-
-@dataclass(kw_only=True)
-class ActivityRetentionResult(PhaseOutcome):
-    """One run: its sessions phase, with the keys phase alongside."""
-
-    job_run_id: uuid.UUID
-    deleted: dict[str, int] = field(default_factory=lambda: {table: 0 for table, _ in DELETES})
-    keys: ExpiredKeysOutcome = field(default_factory=lambda: ExpiredKeysOutcome(phase=KEYS_PHASE))
-    batches: int = 0
-    largest_batch: int = 0
-    duration_ms: int = 0
-
-    @property
-    def succeeded(self) -> bool:
-        return not self.failed and not self.keys.failed
-
-    def counts(self) -> dict[str, int]:
-        return {"deletedCount": self.deleted["sessions"]}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "jobRunId": str(self.job_run_id),
-            "sessionsDeleted": self.deleted["sessions"],
-            "actionEventsDeleted": self.deleted["action_events"],
-            "propertyObjectViewsDeleted": self.deleted["property_object_views"],
-            "idempotencyKeysDeleted": self.keys.deleted,
-            "durationMs": self.duration_ms,
-        }
+        ),
+    ),
+)
 
 
 @dataclass
@@ -121,55 +99,40 @@ class ActivityRetentionJob:
 
     database: Database
     options: ActivityRetentionSettings
-    metrics: ActivityRetentionMetrics
-    name: str = field(default="activity-retention", init=False)
-    metric_prefix: str = field(default="user_activity_activity_retention", init=False)
+    spec: ClassVar[JobSpec] = SPEC
 
-    async def run_once(self, now: datetime, run: JobRun) -> ActivityRetentionResult:
+    async def run_once(self, now: datetime, run: JobRun) -> None:
         cutoff = now - self.options.age
-        result = ActivityRetentionResult(phase=PHASE, job_run_id=run.id)
-        delete = partial(run.batches, self.options, partial(self._delete_batch, cutoff, result))
-        await run.phase(result, delete, errors=self.metrics.errors)
-        expire = partial(
-            run.batches, self.options, partial(self._delete_keys, now - KEY_LIFETIME, result.keys)
-        )
-        await run.phase(result.keys, expire, errors=self.metrics.errors)
-        result.duration_ms = run.elapsed_ms()
-        return result
+        keys_cutoff = now - KEY_LIFETIME
 
-    async def _delete_batch(self, cutoff: datetime, result: ActivityRetentionResult) -> int:
+        async def delete(phase: PhaseRun) -> None:
+            await phase.batches(self.options, lambda: self._delete_batch(cutoff, phase))
+
+        async def expire(phase: PhaseRun) -> None:
+            await phase.batches(self.options, lambda: self._delete_keys(keys_cutoff, phase))
+
+        await run.phase(PHASE, delete)
+        await run.phase(KEYS_PHASE, expire)
+
+    async def _delete_batch(self, cutoff: datetime, phase: PhaseRun) -> int:
         """One transaction: claim a batch of sessions, delete children then sessions."""
         async with self.database.transaction() as conn:
-            rows = await conn.fetch(sql.CLAIM_RETIRED_SESSIONS, cutoff, self.options.batch_size)
-            counts = await _delete_claimed(conn, [row["id"] for row in rows])
-        result.batches += 1
-        result.largest_batch = max(result.largest_batch, counts["sessions"])
+            claimed = await repository.claim_retired_sessions(conn, cutoff, self.options.batch_size)
+            counts = await repository.delete_retired(conn, claimed)
         for table, count in counts.items():
-            result.deleted[table] += count
-            self.metrics.deleted.labels(table=table).inc(count)
-        return len(rows)
+            phase.add(table, count)
+        return len(claimed)
 
-    async def _delete_keys(self, cutoff: datetime, outcome: ExpiredKeysOutcome) -> int:
+    async def _delete_keys(self, cutoff: datetime, phase: PhaseRun) -> int:
         async with self.database.connection() as conn:
-            status = await conn.execute(
-                sql.DELETE_EXPIRED_IDEMPOTENCY_KEYS, cutoff, self.options.batch_size
+            deleted = await repository.delete_expired_idempotency_keys(
+                conn, cutoff, self.options.batch_size
             )
-        deleted = command_row_count(status)
-        outcome.deleted += deleted
-        self.metrics.deleted.labels(table=KEYS_TABLE).inc(deleted)
+        phase.add("deleted", deleted)
         return deleted
 
 
-async def _delete_claimed(conn: Connection, session_ids: list[uuid.UUID]) -> dict[str, int]:
-    if not session_ids:
-        return {table: 0 for table, _ in DELETES}
-    return {
-        table: command_row_count(await conn.execute(statement, session_ids))
-        for table, statement in DELETES
-    }
-
-
 def build_activity_retention_job(
-    database: Database, options: ActivityRetentionSettings, registry: CollectorRegistry
+    database: Database, options: ActivityRetentionSettings
 ) -> ActivityRetentionJob:
-    return ActivityRetentionJob(database, options, ActivityRetentionMetrics.register(registry))
+    return ActivityRetentionJob(database, options)

@@ -1,40 +1,13 @@
-"""dev-stats use cases: record an ended session, summarise a period."""
+"""The summary of a period (``GET /api/dev-stats/sessions/summary``), from its days' rollups."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date
 
-from pin_sessions.dev_stats import durations
-from pin_sessions.dev_stats.domain import Period, SessionFact
-from pin_sessions.dev_stats.erasure import is_erased
-from pin_sessions.dev_stats.sql import CLEAR_FACT_USER, RECORD_FACT, SELECT_DAYS
-from pin_sessions.platform.database import Connection
+from pin_sessions.dev_stats import durations, repository
+from pin_sessions.dev_stats.domain import Period
 from pin_sessions.platform.reads import Reads
-
-
-async def record_session_ended(conn: Connection, fact: SessionFact, *, now: datetime) -> bool:
-    """Keep the fact and count it in its day's rollup, in the caller's transaction.
-
-    False when the session was already counted; then nothing changes. The session of a
-    user erased meanwhile is counted as a user's, and its fact keeps no user id (SPEC §10).
-    """
-    erased = fact.user_id is not None and await is_erased(conn, fact.user_id)
-    status = await conn.execute(
-        RECORD_FACT,
-        fact.session_id,
-        fact.message_id,
-        fact.anonymous_id,
-        fact.user_id,
-        fact.created_at,
-        fact.last_activity_at,
-        fact.duration_seconds,
-        now,
-        durations.bucket_of(fact.duration_seconds),
-    )
-    if erased:
-        await conn.execute(CLEAR_FACT_USER, fact.session_id)
-    return bool(status == "INSERT 0 1")
 
 
 @dataclass(frozen=True)
@@ -75,7 +48,7 @@ async def summarize(reads: Reads, period: Period) -> Summary:
 
     A summary tolerates lag (SPEC §11): it is read on the read replica when there is one.
     """
-    rows = await reads.run(lambda conn: conn.fetch(SELECT_DAYS, period.first, period.last))
+    rows = await reads.run(lambda conn: repository.days(conn, period.first, period.last))
     by_day = [
         DaySummary(
             day=row["day"],

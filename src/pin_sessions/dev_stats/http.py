@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pin_sessions.dev_stats.domain import parse_period
-from pin_sessions.dev_stats.operations import Summary, summarize
+from pin_sessions.dev_stats.summary import Summary, summarize
 from pin_sessions.platform.http.dependencies import Now, ReadsDep, permission_required
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
 from pin_sessions.platform.permissions import DEV_STATS_VIEW
