@@ -76,8 +76,14 @@ class Reads:
                     raise
                 replica.mark_down(exc.__cause__ or exc)
                 reason = ReplicaState.DOWN.value
-            except (asyncpg.OperatorInterventionError, asyncpg.PostgresConnectionError) as exc:
-                # The server is going away (shut down, crashed) or the connection broke.
+            except (
+                asyncpg.OperatorInterventionError,
+                asyncpg.PostgresConnectionError,
+                asyncpg.InternalClientError,
+            ) as exc:
+                # The server is going away (shut down, crashed) or the connection broke: a
+                # pooled connection whose server just shut down can also fail in the
+                # driver's own state machine (InternalClientError) before it learns why.
                 replica.mark_down(exc)
                 reason = ReplicaState.DOWN.value
             except asyncpg.PostgresError:
