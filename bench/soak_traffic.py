@@ -51,6 +51,10 @@ class Tokens:
     # access token's session may no longer be Active, and presenting the refresh token
     # again past PIN_REFRESH_REUSE_INTERVAL is reuse (401, the family revoked: SPEC §3).
     in_doubt: bool = False
+    # A refresh of this pair was sent: the server may have rotated its session (no longer
+    # Active) before the client reads the answer, so a call with the access token may meet
+    # that first.
+    refreshing: bool = False
 
 
 @dataclass
@@ -158,10 +162,14 @@ class World:
         return any(done is None or issued <= done for _, done in self.rotations)
 
     def replaced(self, device: Device, sent: Tokens | None) -> Callable[[Answer], bool]:
-        """Explains a 401 for a pair a refresh of this device rotated while the call flew
-        (the rotated session is no longer Active: SPEC §4)."""
+        """Explains a 401 for a pair a refresh of this device rotated, or was rotating,
+        while the call flew (the rotated session is no longer Active: SPEC §4), or whose
+        user's erasure was asked meanwhile (it revokes every session of the user at once)."""
+        user = device.user
         return lambda answer: (
-            answer.status == 401 and sent is not None and device.tokens is not sent
+            answer.status == 401
+            and sent is not None
+            and (device.tokens is not sent or sent.refreshing or bool(user and user.erased))
         )
 
     def bearer(self, device: Device, headers: dict[str, str]) -> dict[str, str]:
@@ -227,6 +235,7 @@ async def refresh(world: World, device: Device) -> bool:
     if tokens is None:
         return False
     last_retry_at = world.recorder.now() + REFRESH_REUSE_INTERVAL - ANSWER_BOUND
+    tokens.refreshing = True
     while True:
         try:
             answer = await world.wire.call(
