@@ -458,6 +458,7 @@ def _report(
             "refreshesGivenUp": ledger.refreshes_given_up,
             "idempotentRepeatsSame": ledger.repeats_same,
             "idempotentRepeatsDifferent": ledger.repeats_different,
+            "idempotentRepeatsRefused": ledger.repeats_refused,
             "erasuresByRoute": erasures.by_route,
             "erasuresByCli": erasures.by_cli,
             "sms": out["sms"],

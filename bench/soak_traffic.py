@@ -103,6 +103,7 @@ class Ledger:
     refreshes_given_up: int = 0  # unanswered past the reuse interval: the pair dropped
     repeats_same: int = 0
     repeats_different: int = 0
+    repeats_refused: int = 0  # sent with a token refused by then, for a reason the run knows
     restarts_seen: int = 0
     sign_ins: int = 0
     links: int = 0
@@ -424,6 +425,7 @@ async def _keyed_write(
     """A write with an ``Idempotency-Key``: sent again with the same key until answered."""
     key = uuid.uuid4().hex
     for _ in range(WRITE_TRIES):
+        sent = device.tokens
         headers = world.bearer(
             device, {"X-Anonymous-Id": device.anonymous_id, "Idempotency-Key": key}
         )
@@ -446,23 +448,34 @@ async def _keyed_write(
     else:
         return None
     if answer.status == 201 and world.rng.random() < 0.05:
-        await _repeat(world, world.label(route, device), path, headers, body, answer)
+        await _repeat(world, device, sent, route, path, headers, body, answer)
     return answer
 
 
 async def _repeat(
-    world: World, route: str, path: str, headers: dict[str, str], body: dict[str, object],
-    first: Answer,
+    world: World, device: Device, sent: Tokens | None, route: str, path: str,
+    headers: dict[str, str], body: dict[str, object], first: Answer,
 ) -> None:  # fmt: skip
-    """The same key again, on purpose: it must record nothing and answer as the first time."""
+    """The same key again, on purpose: it must record nothing and answer as the first time.
+
+    It carries the first call's token, so a refusal that token may meet by now (its key
+    deleted by ``keys rotate --now``, its pair rotated by a refresh, its user erased) is
+    explained, and says nothing of the key: authentication comes before the key is read.
+    """
+    refusable = world.token_may_be_refused(device)
+    explain = world.replaced(device, sent)
     try:
         again = await world.wire.call(
-            f"{route} (repeat)", "POST", path, headers=headers, json_body=body
-        )
+            f"{world.label(route, device)} (repeat)", "POST", path, headers=headers,
+            json_body=body, expect=frozenset({401}) if refusable else frozenset(),
+            explain=explain,
+        )  # fmt: skip
     except CallFailed:
         return
     if again.status == 201 and again.json() == first.json():
         world.ledger.repeats_same += 1
+    elif again.status == 401 and (refusable or explain(again)):
+        world.ledger.repeats_refused += 1
     elif again.status != 503:
         world.ledger.repeats_different += 1
 
