@@ -32,6 +32,7 @@ from pin_sessions.identity.keys import KeyCipher, PublishedKeys, SigningKeyOpera
 from pin_sessions.identity.liveness import RefreshSessionLiveness
 from pin_sessions.identity.oauth import TOKEN_PATH, OAuthServer
 from pin_sessions.identity.operations import IdentityOperations, random_code
+from pin_sessions.identity.services import IdentityServices
 from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.identity.sms import build_code_sender
 from pin_sessions.identity.user_data import UserData
@@ -41,9 +42,9 @@ from pin_sessions.platform.database import CLIENT_TIMEOUT_GRACE, Bounds, Databas
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.erasure import USER_ERASED_TOPIC
 from pin_sessions.platform.http.app import create_http_app
-from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.fast_path import ServiceApp
 from pin_sessions.platform.http.security_schemes import install_security_schemes
+from pin_sessions.platform.http.wiring import HttpServices
 from pin_sessions.platform.jobs import Job, PollingWorker
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.platform.messaging.kafka import KafkaConsumer
@@ -71,8 +72,10 @@ from pin_sessions.user_activity.consumers import UserErasedConsumer as ActivityU
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.jobs import activity_closer, activity_retention
 from pin_sessions.user_activity.linking import StaleLinks
+from pin_sessions.user_activity.services import UserActivityServices
 from pin_sessions.user_activity.user_data import ActivityData
 from pin_sessions.web import http as web_http
+from pin_sessions.web.services import PageFeatures, WebServices
 
 
 @dataclass(frozen=True)
@@ -284,6 +287,26 @@ def build_dev_codes(runtime: Runtime) -> DevCodes | None:
     return DevCodes(runtime.database, runtime.secrets.derived_key(DEV_CODE_KEY_PURPOSE))
 
 
+def build_identity_services(runtime: Runtime, key_set: KeySet) -> IdentityServices:
+    """What identity's routes use: its use cases, the OAuth server and the key set."""
+    return IdentityServices(
+        operations=build_identity_operations(runtime),
+        user_data=UserData(runtime.database),
+        oauth=build_oauth_server(runtime, key_set),
+        key_set=key_set,
+        dev_codes=build_dev_codes(runtime),
+    )
+
+
+def build_user_activity_services(runtime: Runtime) -> UserActivityServices:
+    """What user-activity's routes use: the heartbeat writer, stale links, the user's data."""
+    return UserActivityServices(
+        heartbeats=build_heartbeats(runtime),
+        stale_links=StaleLinks(runtime.registry),
+        data=ActivityData(runtime.database),
+    )
+
+
 def build_http_services(runtime: Runtime, key_set: KeySet | None = None) -> HttpServices:
     """What every context's routes may ask for (``platform.http.dependencies``).
 
@@ -322,28 +345,21 @@ def build_api(runtime: Runtime, *, metrics_view: CollectorRegistry | None = None
         web_http.router,
     ]
     key_set = build_key_set(runtime)
-    state: dict[str, object] = {
-        "identity": build_identity_operations(runtime),
-        "oauth": build_oauth_server(runtime, key_set),
-        "key_set": key_set,
-        "user_data": UserData(runtime.database),
-        "user_activity_data": ActivityData(runtime.database),
-        "heartbeats": build_heartbeats(runtime),
-        "page_features": web_http.PageFeatures(dev_codes=bool(runtime.settings.dev_codes)),
-        "stale_links": StaleLinks(runtime.registry),
-    }
-    if metrics_view is not None:
-        state["registry"] = metrics_view
-    dev_codes = build_dev_codes(runtime)
-    if dev_codes is not None:
+    identity = build_identity_services(runtime, key_set)
+    contexts = [
+        identity,
+        build_user_activity_services(runtime),
+        WebServices(PageFeatures(dev_codes=identity.dev_codes is not None), identity.operations),
+    ]
+    if identity.dev_codes is not None:
         # Development codes, and the dashboard's grant of dev-stats.view: never in prod.
         routers += [identity_http.dev_router, web_http.dev_router]
-        state["dev_codes"] = dev_codes
     app = create_http_app(
         runtime,
         build_http_services(runtime, key_set),
         routers,
-        state=state,
+        contexts=contexts,
+        metrics_view=metrics_view,
         quiet_paths=user_activity_http.QUIET_PATHS,
         # Every device, once a minute: the heartbeat is served ahead of the framework too.
         fast_routes=[user_activity_http.HEARTBEAT_ROUTE],
