@@ -41,7 +41,8 @@ import jwt
 from prometheus_client import CollectorRegistry
 from serving import bench_database, free_port, running_server
 
-from pin_sessions.bootstrap import build_runtime, build_token_signer
+from pin_sessions.bootstrap.database import build_runtime
+from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.identity.keys import PublishedKeys
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Database

@@ -30,7 +30,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from pin_sessions.bootstrap import build_runtime
+from pin_sessions.bootstrap.database import build_runtime
 from pin_sessions.platform.database import Database
 from pin_sessions.settings import Settings
 from tests.conftest import T0

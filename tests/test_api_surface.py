@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import build_api, build_runtime
+from pin_sessions.bootstrap.api import build_api
+from pin_sessions.bootstrap.database import build_runtime
 from pin_sessions.settings import load_settings
 from tests.support.http import in_process
 from tests.support.sms_gateways import CONFIGURED_GATEWAY

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import build_delivery_roles
+from pin_sessions.bootstrap.delivery import build_delivery_roles
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime

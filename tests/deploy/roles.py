@@ -3,7 +3,8 @@ compose services and Kubernetes Deployments are named after them."""
 
 from __future__ import annotations
 
-from pin_sessions.bootstrap import CONSUMERS, JOB_WORKERS
+from pin_sessions.bootstrap.delivery import CONSUMERS
+from pin_sessions.bootstrap.jobs import JOB_WORKERS
 
 API = "api"
 

@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import CONSUMERS, JOB_WORKERS
+from pin_sessions.bootstrap.delivery import CONSUMERS
+from pin_sessions.bootstrap.jobs import JOB_WORKERS
 from pin_sessions.platform.runtime import Runtime
 from tests.support.promql import PROJECT_ROOT, alert_rules, rules_files
 

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import JOB_WORKERS
+from pin_sessions.bootstrap.jobs import JOB_WORKERS
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.metrics import HttpMetrics
 from pin_sessions.platform.runtime import Runtime

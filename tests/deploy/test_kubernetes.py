@@ -16,7 +16,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from pin_sessions.bootstrap import CONSUMERS, PUBLISHED_TOPICS
+from pin_sessions.bootstrap.delivery import CONSUMERS, PUBLISHED_TOPICS
 from pin_sessions.cli.jobs import JOB_STOP_GRACE_SECONDS
 from pin_sessions.cli.messaging import STOP_GRACE_SECONDS
 from tests.deploy.roles import API, worker_roles

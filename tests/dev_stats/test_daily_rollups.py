@@ -15,7 +15,7 @@ import asyncpg
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import build_token_signer
+from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.dev_stats.domain import SessionFact
 from pin_sessions.dev_stats.durations import (

@@ -14,7 +14,8 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import JOB_WORKERS, build_token_signer
+from pin_sessions.bootstrap.identity import build_token_signer
+from pin_sessions.bootstrap.jobs import JOB_WORKERS
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.messaging.metrics import MessagingMetrics

@@ -8,7 +8,7 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import build_token_signer
+from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.dev_stats.domain import SessionFact
 from pin_sessions.dev_stats.durations import MAX_RELATIVE_ERROR
 from pin_sessions.dev_stats.recording import record_session_ended

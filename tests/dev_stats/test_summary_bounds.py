@@ -11,7 +11,7 @@ from datetime import date
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import build_token_signer
+from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.dev_stats.domain import parse_period
 from pin_sessions.dev_stats.errors import SummaryPeriodInvalid
 from pin_sessions.platform.runtime import Runtime

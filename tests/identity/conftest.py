@@ -9,7 +9,8 @@ from contextlib import AbstractAsyncContextManager
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import build_api, build_runtime
+from pin_sessions.bootstrap.api import build_api
+from pin_sessions.bootstrap.database import build_runtime
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.settings import load_settings
 from tests.support.http import in_process

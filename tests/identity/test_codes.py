@@ -11,7 +11,9 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import build_api, build_runtime, build_token_signer
+from pin_sessions.bootstrap.api import build_api
+from pin_sessions.bootstrap.database import build_runtime
+from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.identity import domain
 from pin_sessions.identity.domain import SignInLimits
 from pin_sessions.identity.operations import CODE_KEY_PURPOSE, IdentityOperations

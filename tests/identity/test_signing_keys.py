@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import JOB_WORKERS, build_runtime, worker_database
+from pin_sessions.bootstrap.database import build_runtime, worker_database
+from pin_sessions.bootstrap.jobs import JOB_WORKERS
 from pin_sessions.identity import repository
 from pin_sessions.identity.jobs.signing_keys import SPEC as SIGNING_KEYS
 from pin_sessions.identity.keys import (

@@ -19,7 +19,8 @@ import asyncpg
 import httpx
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import build_api, build_runtime
+from pin_sessions.bootstrap.api import build_api
+from pin_sessions.bootstrap.database import build_runtime
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.settings import load_settings
 from tests.identity.flows import sign_in

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import CONSUMERS, build_consumer, build_runtime
+from pin_sessions.bootstrap.database import build_runtime
+from pin_sessions.bootstrap.delivery import CONSUMERS, build_consumer
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.pgbus import PostgresBusConsumer

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from pin_sessions.bootstrap import build_api, build_runtime
+from pin_sessions.bootstrap.api import build_api
+from pin_sessions.bootstrap.database import build_runtime
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.settings import SettingsError, load_settings

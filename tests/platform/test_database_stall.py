@@ -24,7 +24,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import build_api, build_runtime
+from pin_sessions.bootstrap.api import build_api
+from pin_sessions.bootstrap.database import build_runtime
 from pin_sessions.identity.clients import ServiceClients
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.embedded import EmbeddedPostgres

@@ -21,7 +21,7 @@ from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 from starlette.middleware.errors import ServerErrorMiddleware
 
-from pin_sessions.bootstrap import build_http_services
+from pin_sessions.bootstrap.api import build_http_services
 from pin_sessions.platform.errors import AppError
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.platform.http.fast_path import FastPath

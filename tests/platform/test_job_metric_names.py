@@ -14,7 +14,7 @@ from pathlib import Path
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, generate_latest
 
-from pin_sessions.bootstrap import JOB_WORKERS
+from pin_sessions.bootstrap.jobs import JOB_WORKERS
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.jobs import JobRun
 from tests.support.runtime import unconnected_runtime

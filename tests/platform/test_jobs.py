@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode, Tracer
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import JOB_WORKERS
+from pin_sessions.bootstrap.jobs import JOB_WORKERS
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.job_spec import (

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from pin_sessions.bootstrap import api_database, worker_database
+from pin_sessions.bootstrap.database import api_database, worker_database
 from pin_sessions.settings import LogFormat, SettingsError, load_settings
 
 

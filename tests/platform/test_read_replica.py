@@ -24,7 +24,9 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import api_database, build_api, build_runtime, build_token_signer
+from pin_sessions.bootstrap.api import build_api
+from pin_sessions.bootstrap.database import api_database, build_runtime
+from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.dev_stats.domain import SessionFact
 from pin_sessions.dev_stats.recording import record_session_ended
 from pin_sessions.platform.clock import FixedClock

@@ -10,7 +10,8 @@ import pytest
 from fastapi import APIRouter
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import build_http_services, build_runtime
+from pin_sessions.bootstrap.api import build_http_services
+from pin_sessions.bootstrap.database import build_runtime
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.settings import Settings

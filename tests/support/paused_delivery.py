@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
-from pin_sessions.bootstrap import build_runtime, database_endpoint
+from pin_sessions.bootstrap.database import build_runtime, database_endpoint
 from pin_sessions.cli import build_parser
 from pin_sessions.cli.messaging import delivery_role, run_role
 from pin_sessions.platform.database import Connection, Database

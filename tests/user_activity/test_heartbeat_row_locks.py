@@ -21,9 +21,11 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import build_api, build_runtime
+from pin_sessions.bootstrap.api import build_api
+from pin_sessions.bootstrap.database import build_runtime
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.database import Bounds, Connection, Database
+from pin_sessions.platform.http.wiring import app_services
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.settings import load_settings
@@ -33,6 +35,7 @@ from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.http import HEARTBEAT_PATH
 from pin_sessions.user_activity.linking import link_sign_in
 from pin_sessions.user_activity.repository.loaded import QUERIES
+from pin_sessions.user_activity.services import UserActivityServices
 from tests.support.http import in_process
 from tests.support.waiting import wait_until
 from tests.user_activity.conftest import device, sessions_of
@@ -182,7 +185,15 @@ async def _api(
         build_runtime(settings, database_url, clock=clock, registry=registry, database=database)
     )
     async with in_process(api) as client:
-        yield OneBatch(runtime, client, api.state.heartbeats, database.gate), registry
+        yield (
+            OneBatch(
+                runtime,
+                client,
+                app_services(api).contexts.get(UserActivityServices).heartbeats,
+                database.gate,
+            ),
+            registry,
+        )
 
 
 async def _answered(tasks: list[asyncio.Task[httpx.Response]]) -> list[httpx.Response]:

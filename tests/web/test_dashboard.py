@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 from playwright.async_api import BrowserContext, Page, ViewportSize
 
-from pin_sessions.bootstrap import build_consumer, build_token_signer
+from pin_sessions.bootstrap.delivery import build_consumer
+from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.metrics import new_registry

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from playwright.async_api import BrowserContext, Locator, Page
 
-from pin_sessions.bootstrap import build_token_signer
+from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.identity.clients import ServiceClients
 from pin_sessions.platform.runtime import Runtime
 from tests.support.users import signed_in_user

@@ -6,7 +6,8 @@ import httpx
 import pytest
 from playwright.async_api import BrowserContext
 
-from pin_sessions.bootstrap import build_api, build_runtime
+from pin_sessions.bootstrap.api import build_api
+from pin_sessions.bootstrap.database import build_runtime
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.settings import load_settings
 from pin_sessions.web.http import STATIC_FILES, static_bytes

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypeVar
 import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 
-from pin_sessions.bootstrap import build_runtime, database_endpoint, worker_database
+from pin_sessions.bootstrap.database import build_runtime, database_endpoint, worker_database
 from pin_sessions.platform.logging import configure_logging
 from pin_sessions.settings import LogFormat
 

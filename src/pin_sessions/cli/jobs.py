@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from pin_sessions.bootstrap import JOB_WORKERS, build_runtime, database_endpoint, worker_database
+from pin_sessions.bootstrap.database import build_runtime, database_endpoint, worker_database
+from pin_sessions.bootstrap.jobs import JOB_WORKERS
 from pin_sessions.cli.common import (
     EXIT_FAILURE,
     add_metrics_port,

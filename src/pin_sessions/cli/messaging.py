@@ -16,15 +16,13 @@ import structlog
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from pin_sessions.bootstrap import (
+from pin_sessions.bootstrap.database import build_runtime, database_endpoint, worker_database
+from pin_sessions.bootstrap.delivery import (
     CONSUMERS,
     PUBLISHED_TOPICS,
     build_consumer,
     build_relay,
-    build_runtime,
-    database_endpoint,
     topic_policy,
-    worker_database,
 )
 from pin_sessions.cli.common import (
     EXIT_USAGE,

@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING
 
-from pin_sessions.bootstrap import build_runtime, database_endpoint, worker_database
+from pin_sessions.bootstrap.database import build_runtime, database_endpoint, worker_database
 from pin_sessions.platform.migrations import migrate
 
 if TYPE_CHECKING:

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from pin_sessions.bootstrap import build_api, build_runtime, database_endpoint
+from pin_sessions.bootstrap.api import build_api
+from pin_sessions.bootstrap.database import build_runtime, database_endpoint
 from pin_sessions.cli.common import (
     EXIT_FAILURE,
     add_metrics_port,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from pin_sessions.bootstrap import build_key_set, build_oauth_server
+from pin_sessions.bootstrap.identity import build_key_set, build_oauth_server
 from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, run_one_shot
 from pin_sessions.identity.errors import IdentityError, InvalidScope
 from pin_sessions.settings import Environment

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from pin_sessions.bootstrap import (
-    JOB_WORKERS,
+from pin_sessions.bootstrap.database import (
     api_database,
-    build_delivery_roles,
     build_runtime,
     open_database_endpoint,
     worker_database,
 )
+from pin_sessions.bootstrap.delivery import build_delivery_roles
+from pin_sessions.bootstrap.jobs import JOB_WORKERS
 from pin_sessions.cli.common import add_metrics_port, metrics_endpoint, print_banner
 from pin_sessions.cli.serve import (
     add_address_arguments,

@@ -17,9 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from pin_sessions.bootstrap import (
-    build_identity_operations,
-)
+from pin_sessions.bootstrap.identity import build_identity_operations
 from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, run_one_shot
 from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErasedConsumer
 from pin_sessions.identity import repository as identity_repository

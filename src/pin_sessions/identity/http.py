@@ -1,8 +1,8 @@
 """Identity's HTTP routes (SPEC §4): camelCase JSON, unknown fields refused, no IP out.
 
-Module-level routes; the composition root puts the context's use cases on
-``app.state.identity`` (and, with PIN_DEV_CODES=1, the development codes on
-``app.state.dev_codes`` and mounts ``dev_router``).
+Module-level routes; they read the context's use cases from ``services.IdentityServices``,
+which the composition root builds (with PIN_DEV_CODES=1 holding the development codes, when
+it mounts ``dev_router`` too).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pin_sessions.identity.schemas import (
     SignInRequestOut,
     TokenPairOut,
 )
+from pin_sessions.identity.services import IdentityDep
 from pin_sessions.identity.user_data import UserData
 from pin_sessions.platform.auth import SessionNotActive
 from pin_sessions.platform.http.anonymous_id import OptionalDevice, anonymous_id_parameter
@@ -38,7 +39,6 @@ from pin_sessions.platform.http.dependencies import (
     CurrentUser,
     Now,
     live_user,
-    state,
 )
 from pin_sessions.platform.http.openapi import parameters, problems
 from pin_sessions.platform.streamed_json import stream_json
@@ -48,16 +48,19 @@ router = APIRouter(prefix="/api/identity", tags=["identity"])
 dev_router = APIRouter(prefix="/dev", tags=["development"])
 
 
-async def _identity(request: Request) -> IdentityOperations:
-    return state(request, "identity", IdentityOperations)
+async def _identity(services: IdentityDep) -> IdentityOperations:
+    return services.operations
 
 
-async def _user_data(request: Request) -> UserData:
-    return state(request, "user_data", UserData)
+async def _user_data(services: IdentityDep) -> UserData:
+    return services.user_data
 
 
-async def _dev_codes(request: Request) -> DevCodes:
-    return state(request, "dev_codes", DevCodes)
+async def _dev_codes(services: IdentityDep) -> DevCodes:
+    if services.dev_codes is None:
+        # The composition root mounts dev_router only beside the codes.
+        raise LookupError("dev_router is mounted without the development codes")
+    return services.dev_codes
 
 
 async def _device(request: Request, client_ip: ClientIp) -> Device:

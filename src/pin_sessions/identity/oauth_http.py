@@ -8,9 +8,9 @@ libraries parse — with ``Cache-Control: no-store``. Client authentication is H
 strictly: one value per parameter (§3.2), valid UTF-8, at most a handful of fields; an
 empty parameter counts as absent (§3.1).
 
-The composition root puts :class:`~pin_sessions.identity.oauth.OAuthServer` on
-``app.state.oauth`` and the process's :class:`~pin_sessions.platform.key_set.KeySet` on
-``app.state.key_set``.
+The routes read :class:`~pin_sessions.identity.oauth.OAuthServer` and the process's
+:class:`~pin_sessions.platform.key_set.KeySet` from ``services.IdentityServices``, which the
+composition root builds.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ from pin_sessions.identity.oauth import (
     TOKEN_PATH,
     OAuthServer,
 )
+from pin_sessions.identity.services import IdentityDep
 from pin_sessions.platform.auth import AUTHORIZATION_HEADER
-from pin_sessions.platform.http.dependencies import ClientIp, Now, state
+from pin_sessions.platform.http.dependencies import ClientIp, Now
 from pin_sessions.platform.http.headers import DuplicateHeader, single_header
 from pin_sessions.platform.http.openapi import problems
 from pin_sessions.platform.key_set import KeySet
@@ -119,12 +120,12 @@ _OAUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _oauth(request: Request) -> OAuthServer:
-    return state(request, "oauth", OAuthServer)
+async def _oauth(services: IdentityDep) -> OAuthServer:
+    return services.oauth
 
 
-async def _key_set(request: Request) -> KeySet:
-    return state(request, "key_set", KeySet)
+async def _key_set(services: IdentityDep) -> KeySet:
+    return services.key_set
 
 
 OAuth = Annotated[OAuthServer, Depends(_oauth)]

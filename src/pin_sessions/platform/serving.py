@@ -30,7 +30,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from pin_sessions.platform.http.health import Readiness
+from pin_sessions.platform.http.wiring import Readiness, app_services
 
 log = structlog.get_logger(__name__)
 
@@ -152,7 +152,7 @@ class ApiServer:
         shutdown_timeout: timedelta = timedelta(seconds=3),
         read_timeout: timedelta = timedelta(seconds=30),
     ) -> None:
-        self.readiness: Readiness = app.state.readiness
+        self.readiness: Readiness = app_services(app).readiness
         config = uvicorn.Config(
             app,
             host=host,

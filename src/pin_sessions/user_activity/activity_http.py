@@ -23,7 +23,6 @@ from pin_sessions.platform.http.dependencies import (
     live_user,
     optional_user,
     permission_required,
-    state,
 )
 from pin_sessions.platform.http.idempotency_key import IdempotencyKey, idempotency_key_parameter
 from pin_sessions.platform.http.openapi import parameters, problems
@@ -52,6 +51,7 @@ from pin_sessions.user_activity.schemas import (
     ViewEnded,
     ViewStarted,
 )
+from pin_sessions.user_activity.services import UserActivityDep
 from pin_sessions.user_activity.user_data import ActivityData
 
 # The routes that record something new: a retried POST after a lost answer records once.
@@ -176,8 +176,8 @@ def _idempotency(
     return recording.Idempotency(key, request_hash(operation, body.model_dump_json()))
 
 
-async def _activity_data(request: Request) -> ActivityData:
-    return state(request, "user_activity_data", ActivityData)
+async def _activity_data(services: UserActivityDep) -> ActivityData:
+    return services.data
 
 
 @router.get(

@@ -36,15 +36,13 @@ from pin_sessions.platform.http.dependencies import (
     ReadsDep,
     optional_user,
     permission_required,
-    services,
-    state,
 )
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
 from pin_sessions.platform.http.security_schemes import OPTIONAL_USER
+from pin_sessions.platform.http.wiring import request_services
 from pin_sessions.platform.permissions import DEV_STATS_VIEW
 from pin_sessions.user_activity import history, linking, sessions
 from pin_sessions.user_activity.domain import DeviceInfo, SignedInCaller, device_info
-from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.linking import StaleLinks
 from pin_sessions.user_activity.schemas import (
     HeartbeatAccepted,
@@ -56,6 +54,7 @@ from pin_sessions.user_activity.schemas import (
     SessionStarted,
     StartRequest,
 )
+from pin_sessions.user_activity.services import UserActivityDep, UserActivityServices
 
 PREFIX = "/api/user-activity"
 HEARTBEAT_PATH = f"{PREFIX}/sessions/heartbeat"
@@ -123,7 +122,8 @@ async def heartbeat(request: Request) -> Response:
     caller's token is still live and parses the device (INV-SES-003).
     """
     anonymous_id = await required_device(request)
-    given = services(request)
+    wired = request_services(request)
+    given = wired.http
     # The token is judged by its content alone (no database): a bad one is a 401 in every
     # state, and a heartbeat that extends a session stays one statement.
     await given.authenticator.claimed_user(request)
@@ -134,7 +134,7 @@ async def heartbeat(request: Request) -> Response:
         client_ip = request_client_ip(request, given.trusted_proxies)
         return caller_of(user), read_device(request, client_ip)
 
-    heartbeats = state(request, "heartbeats", Heartbeats)
+    heartbeats = wired.contexts.get(UserActivityServices).heartbeats
     result = await sessions.heartbeat(
         heartbeats, given.database, anonymous_id, given.clock.now(), newcomer=newcomer
     )
@@ -215,8 +215,8 @@ async def start(
     )
 
 
-async def _stale_links(request: Request) -> StaleLinks:
-    return state(request, "stale_links", StaleLinks)
+async def _stale_links(services: UserActivityDep) -> StaleLinks:
+    return services.stale_links
 
 
 @router.post(

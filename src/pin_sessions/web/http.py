@@ -6,31 +6,28 @@ more route, ``POST /dev/dev-stats/viewers``, grants ``dev-stats.view`` to a phon
 dashboard can sign a developer in with the dev sign-in codes and show data on ``up``'s defaults.
 
 What a page may offer is rendered into it, never probed: ``<body data-dev-codes="true">`` where
-the development codes are mounted (:class:`PageFeatures`, which the composition root puts on
-``app.state.page_features``), so a page makes no request that is meant to fail. The pages'
-icon is ``/static/favicon.svg``, also served as ``/favicon.ico`` for what a browser shows
-without a page (a JSON answer opened in a tab).
+the development codes are mounted (``services.PageFeatures``, which the composition root
+builds), so a page makes no request that is meant to fail. The pages' icon is
+``/static/favicon.svg``, also served as ``/favicon.ico`` for what a browser shows without a
+page (a JSON answer opened in a tab).
 """
 
 from __future__ import annotations
 
 import functools
-import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime
 from importlib import resources
-from typing import Annotated, Protocol, runtime_checkable
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi import APIRouter, Depends, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pin_sessions.platform.errors import NotFound
-from pin_sessions.platform.http.dependencies import Now, state
+from pin_sessions.platform.http.dependencies import Now
 from pin_sessions.platform.http.openapi import problems
 from pin_sessions.platform.permissions import DEV_STATS_VIEW
 from pin_sessions.platform.phone_numbers import E164_PATTERN
+from pin_sessions.web.services import PageFeatures, WebDep
 
 # Name → media type of every file the router serves; nothing else under static/ is reachable.
 STATIC_FILES = {
@@ -63,23 +60,6 @@ DEV_CODES_OFF = b'data-dev-codes="false"'
 DEV_CODES_ON = b'data-dev-codes="true"'
 
 
-@dataclass(frozen=True)
-class PageFeatures:
-    """What the pages offer on this server: ``app.state.page_features``."""
-
-    # The one-click sign-in with a development code (PIN_DEV_CODES=1).
-    dev_codes: bool = False
-
-
-@runtime_checkable
-class PermissionGrants(Protocol):
-    """What identity offers operators: the composition root's ``app.state.identity``."""
-
-    async def grant_permissions(
-        self, phone_number: str, permissions: Iterable[str], now: datetime
-    ) -> uuid.UUID: ...
-
-
 class DevViewerBody(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -101,8 +81,8 @@ def page_bytes(name: str, features: PageFeatures) -> bytes:
     return html.replace(DEV_CODES_OFF, DEV_CODES_ON) if features.dev_codes else html
 
 
-async def _features(request: Request) -> PageFeatures:
-    return state(request, "page_features", PageFeatures)
+async def _features(services: WebDep) -> PageFeatures:
+    return services.features
 
 
 Features = Annotated[PageFeatures, Depends(_features)]
@@ -154,20 +134,12 @@ async def serve_static(name: str) -> Response:
     )
 
 
-async def _grants(request: Request) -> PermissionGrants:
-    return state(request, "identity", PermissionGrants)  # type: ignore[type-abstract]
-
-
 @dev_router.post(
     "/dev-stats/viewers",
     status_code=status.HTTP_204_NO_CONTENT,
     responses=problems(400, 413, 422, 503),
 )
-async def grant_dev_viewer(
-    body: DevViewerBody,
-    grants: Annotated[PermissionGrants, Depends(_grants)],
-    now: Now,
-) -> Response:
+async def grant_dev_viewer(body: DevViewerBody, services: WebDep, now: Now) -> Response:
     """Development only: let this phone's user read the dashboard after signing in."""
-    await grants.grant_permissions(body.phone_number, [DEV_STATS_VIEW], now)
+    await services.grants.grant_permissions(body.phone_number, [DEV_STATS_VIEW], now)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

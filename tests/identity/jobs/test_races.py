@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap import build_dev_codes, build_identity_operations
+from pin_sessions.bootstrap.identity import build_dev_codes, build_identity_operations
 from pin_sessions.identity.errors import ConfirmationExpired, SessionExpired
 from pin_sessions.identity.operations import Device, IdentityOperations, TokenPair
 from pin_sessions.platform.clock import FixedClock

@@ -9,7 +9,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from pin_sessions.bootstrap import CONSUMERS, PUBLISHED_TOPICS
+from pin_sessions.bootstrap.delivery import CONSUMERS, PUBLISHED_TOPICS
 from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.platform.messaging.kafka_admin import PRODUCTION_REPLICATION_FACTOR
 from tests.conftest import T0

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AclBinding, AclOperation  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
 
-from pin_sessions.bootstrap import PUBLISHED_TOPICS
+from pin_sessions.bootstrap.delivery import PUBLISHED_TOPICS
 from pin_sessions.cli.messaging import ACCESS_CHECK_SECONDS
 from pin_sessions.dev_stats.consumers import SessionEndedConsumer
 from pin_sessions.identity.events import SESSION_REVOKED_TOPIC, SIGN_INS_TOPIC

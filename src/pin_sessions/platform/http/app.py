@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp
 
 from pin_sessions.platform.http.admission import Admission
 from pin_sessions.platform.http.cors import CorsMiddleware
-from pin_sessions.platform.http.dependencies import HttpServices
 from pin_sessions.platform.http.docs import install_offline_docs
 from pin_sessions.platform.http.fast_path import FastPath, ServiceApp
 from pin_sessions.platform.http.head import HeadAsGet
-from pin_sessions.platform.http.health import Readiness, metrics_router
+from pin_sessions.platform.http.health import metrics_router
 from pin_sessions.platform.http.health import router as health_router
 from pin_sessions.platform.http.middleware import QUIET_PATHS, RequestContextMiddleware
 from pin_sessions.platform.http.openapi import install_problem_schema
 from pin_sessions.platform.http.problems import install_problem_handlers
+from pin_sessions.platform.http.wiring import AppServices, ContextServices, HttpServices, install
 from pin_sessions.platform.metrics import HttpMetrics
 from pin_sessions.platform.runtime import Runtime
 
@@ -34,19 +35,21 @@ def create_http_app(
     services: HttpServices,
     routers: Sequence[APIRouter] = (),
     *,
-    state: Mapping[str, object] | None = None,
+    contexts: Iterable[object] = (),
+    metrics_view: CollectorRegistry | None = None,
     quiet_paths: Iterable[str] = (),
     fast_routes: Sequence[APIRoute] = (),
 ) -> ServiceApp:
     """An app whose lifespan opens and closes the runtime's database pool, and starts and
     stops the refreshing of the copies ``services`` keeps (``platform.refreshed``).
 
-    ``services`` (and each entry of ``state``) is put on ``app.state`` for the routes'
-    dependencies. Successful requests to ``quiet_paths`` are counted in metrics but not
-    logged line by line. ``fast_routes`` — routes of ``routers`` whose endpoint takes the
-    request alone — are dispatched ahead of the framework (``fast_path``), inside the same
-    request layers as every other route (request context: request id, metrics, logs, body
-    limit; CORS).
+    ``services``, and each context's services object in ``contexts``, are given to the app
+    for the routes' dependencies (``wiring``). ``/metrics`` shows the runtime's registry,
+    or ``metrics_view`` when the process is one of several whose metrics are merged.
+    Successful requests to ``quiet_paths`` are counted in metrics but not logged line by
+    line. ``fast_routes`` — routes of ``routers`` whose endpoint takes the request alone —
+    are dispatched ahead of the framework (``fast_path``), inside the same request layers as
+    every other route (request context: request id, metrics, logs, body limit; CORS).
     """
 
     @asynccontextmanager
@@ -85,11 +88,8 @@ def create_http_app(
             "exclude": lambda scope: scope.get("path") in quiet,
         },
     )
-    app.state.services = services
-    app.state.readiness = Readiness()
-    app.state.registry = runtime.registry
-    for name, value in (state or {}).items():
-        setattr(app.state, name, value)
+    view = runtime.registry if metrics_view is None else metrics_view
+    install(app, AppServices(services, view, ContextServices(contexts)))
     install_problem_handlers(app)
     install_problem_schema(app)
     if settings.serves_docs:

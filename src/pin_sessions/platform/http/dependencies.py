@@ -1,68 +1,36 @@
 """What every context's routes may ask for, as ``Annotated`` dependencies.
 
-The composition root puts one :class:`HttpServices` on ``app.state.services`` (and a
-context's own use cases beside it, see ``state``); routes are module-level functions that
-declare what they need — ``db: DatabaseDep``, ``now: Now``, ``user: CurrentUser`` — and
-nothing is wired at import time. Every context gets the same narrow set: the database,
+The composition root gives the app one ``HttpServices`` (and each context's own services
+object beside it, see ``wiring``); routes are module-level functions that declare what they
+need — ``db: DatabaseDep``, ``now: Now``, ``user: CurrentUser`` — and nothing is wired at
+import time. Every context gets the same narrow set: the database,
 the reads that may run on a replica, the clock, the caller (by Bearer token) and the
 caller's address.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from pin_sessions.platform.auth import (
-    AuthenticationRequired,
-    Authenticator,
-    MachinePrincipal,
-    UserPrincipal,
-)
-from pin_sessions.platform.clock import Clock
+from pin_sessions.platform.auth import AuthenticationRequired, MachinePrincipal, UserPrincipal
 from pin_sessions.platform.database import Database
-from pin_sessions.platform.http.client_address import Network, request_client_ip
+from pin_sessions.platform.http.client_address import request_client_ip
 from pin_sessions.platform.http.security_schemes import (
     OPTIONAL_USER,
     USER,
     Requirement,
     requires,
 )
+from pin_sessions.platform.http.wiring import HttpServices, request_services
 from pin_sessions.platform.reads import Reads
-from pin_sessions.platform.refreshed import Refreshing
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class HttpServices:
-    """The composition root's gift to every route, on ``app.state.services``."""
-
-    database: Database
-    # Reads that tolerate lag (SPEC §11): the read replica when there is one and it is usable.
-    reads: Reads
-    clock: Clock
-    authenticator: Authenticator
-    # Peers whose X-Forwarded-For is believed (PIN_TRUSTED_PROXIES).
-    trusted_proxies: tuple[Network, ...] = ()
-    # Copies of database state the routes read (keys, client status): the app starts
-    # refreshing them when it starts and stops with it.
-    refreshed: tuple[Refreshing, ...] = ()
-
-
-def state(request: Request, name: str, kind: type[T]) -> T:
-    """``app.state.<name>``, which the composition root set to a ``kind``."""
-    value = getattr(request.app.state, name)
-    if not isinstance(value, kind):
-        raise TypeError(f"app.state.{name} is {type(value).__name__}, not {kind.__name__}")
-    return value
 
 
 def services(request: Request) -> HttpServices:
-    return state(request, "services", HttpServices)
+    """The platform's share of the app's services, the same for every context."""
+    return request_services(request).http
 
 
 # Dependencies are coroutines: FastAPI would run a plain function in a worker thread.

@@ -16,35 +16,20 @@ import asyncio
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pin_sessions.platform.errors import ServiceUnavailable
-from pin_sessions.platform.http.dependencies import DatabaseDep, services, state
+from pin_sessions.platform.http.dependencies import DatabaseDep
 from pin_sessions.platform.http.openapi import problems
 from pin_sessions.platform.http.problems import problem_response
+from pin_sessions.platform.http.wiring import request_services
 from pin_sessions.platform.metrics import CONTENT_TYPE_LATEST, render
 from pin_sessions.platform.migrations import pending_migrations
 
 log = structlog.get_logger(__name__)
 
 READINESS_TIMEOUT_SECONDS = 2.0
-
-
-class Readiness:
-    """Whether the process wants new traffic: not from the moment it is asked to stop (SPEC §9).
-
-    The API role marks it as soon as SIGTERM (or SIGINT) arrives, before it stops
-    listening, so a load balancer polling ``/readyz`` takes the process out of rotation
-    while its requests in flight finish.
-    """
-
-    def __init__(self) -> None:
-        self.stopping = False
-
-    def stop(self) -> None:
-        self.stopping = True
 
 
 class Status(BaseModel):
@@ -81,9 +66,10 @@ async def healthz() -> Status:
     responses=problems(503),
 )
 async def readyz(request: Request, database: DatabaseDep) -> Response:
-    replica = services(request).reads.replica_status()
+    wired = request_services(request)
+    replica = wired.http.reads.replica_status()
     named = {} if replica is None else {"readReplica": replica}
-    if state(request, "readiness", Readiness).stopping:
+    if wired.readiness.stopping:
         return problem_response(
             request, ServiceUnavailable, detail="the process is stopping", extra=named
         )
@@ -116,5 +102,5 @@ metrics_router = APIRouter(tags=["operations"])
     responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
 )
 async def metrics(request: Request) -> Response:
-    registry = state(request, "registry", CollectorRegistry)
+    registry = request_services(request).metrics_view
     return Response(render(registry), media_type=CONTENT_TYPE_LATEST)
