@@ -5,6 +5,7 @@
                               [--threads 2] [--workers 1]
                               [--rate 3000] [--sweep 100000,1000000,10000000]
                               [--profile heartbeat.stacks] [--hold-row 9]
+                              [--compare-src DIR]
 
 Load comes from wrk (Debian package ``wrk``), a native load generator, so the servers'
 Python is not also paying for the client's. Seeds ``--sessions`` Active sessions (device
@@ -40,6 +41,12 @@ every other device's at the fixed ``--rate``. Each round runs the same paced loa
 without the held row and once with it (wrk's window lies inside the hold), and the report
 gives both runs' medians and the locked device's answers: the other devices' p99 should
 not move, the locked device waits for its row alone, bounded by the statement timeout.
+
+With ``--compare-src DIR`` the bench compares two builds of the API instead: the variant,
+the tree ``DIR`` (its ``src`` first on ``PYTHONPATH``), and this tree, alternating the
+variant first in each pair — ``--rounds`` closed loops each (A B A B …), then, with a
+``--rate``, as many paced runs — and reports each one's medians and the variant's server
+CPU per heartbeat as a multiple of this tree's: the figure that holds on a loaded machine.
 
 PostgreSQL: ``PIN_DATABASE_URL`` when set (its PostgreSQL processes must run on this
 machine for the CPU figures), else an embedded server in a temporary directory.
@@ -532,6 +539,58 @@ def _servers(dsn: str, workers: int) -> Iterator[tuple[int, int]]:
         yield api_port, baseline_port
 
 
+@contextlib.contextmanager
+def _variant_servers(dsn: str, workers: int, variant_src: Path) -> Iterator[tuple[int, int]]:
+    """This tree's API and the one of ``variant_src``, on the same database."""
+    ports = current_port, variant_port = free_port(), free_port()
+    env = {"PIN_DATABASE_URL": dsn, "PIN_SECRET_KEY": "b" * 48, "PIN_LOG_LEVEL": "info"}
+    variant_path = os.pathsep.join(
+        filter(None, [str(variant_src / "src"), os.environ.get("PYTHONPATH")])
+    )
+    _API_PORTS.update(ports)
+    with (
+        running_server(
+            api_command(current_port, workers),
+            env | {"PIN_DATA_DIR": tempfile.mkdtemp(prefix="pin-bench-")},
+        ) as current,
+        running_server(
+            api_command(variant_port, workers),
+            env
+            | {"PIN_DATA_DIR": tempfile.mkdtemp(prefix="pin-bench-"), "PYTHONPATH": variant_path},
+        ) as variant,
+    ):
+        _SERVER_PIDS.update({current_port: current.pid, variant_port: variant.pid})
+        yield current_port, variant_port
+
+
+def _variants(
+    current_port: int, variant_port: int, args: argparse.Namespace, sessions: int
+) -> dict[str, Any]:
+    """The two builds, the variant first in each pair: closed loops, then paced runs."""
+    kinds = [("closedLoop", 0.0)] + ([("fixedRate", args.rate)] if args.rate else [])
+    report: dict[str, Any] = {"sessions": sessions, "variantSrc": str(args.compare_src)}
+    for kind, rate in kinds:
+        runs: dict[str, list[dict[str, Any]]] = {"variant": [], "current": []}
+        for _ in range(args.rounds):
+            for name, port in (("variant", variant_port), ("current", current_port)):
+                runs[name].append(
+                    wrk(port, args=args, sessions=sessions, seconds=args.duration, rate=rate)
+                )
+        variant, current = _medians(runs["variant"]), _medians(runs["current"])
+        report[kind] = {
+            "variant": variant,
+            "current": current,
+            "roundsServerCpuUsPerRequest": {
+                name: [one["serverCpuUsPerRequest"] for one in rounds]
+                for name, rounds in runs.items()
+            },
+            "variantServerCpuRatio": round(
+                variant["serverCpuUsPerRequest"] / current["serverCpuUsPerRequest"], 3
+            ),
+        }
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=100_000)
@@ -550,6 +609,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--hold-row", type=float, default=0, help="seconds one device's row is held (see above)"
+    )
+    parser.add_argument(
+        "--compare-src", type=Path, default=None, help="a tree whose API to compare (see above)"
     )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -584,6 +646,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # With --hold-row, one device more: the one whose row is held, outside wrk's range.
         asyncio.run(_grow(dsn, seeded, sizes[0] + (1 if args.hold_row else 0)))
         seeded = sizes[0]
+        if args.compare_src is not None:
+            with _variant_servers(dsn, args.workers, args.compare_src) as ports:
+                for port in ports:
+                    wrk(port, args=args, sessions=seeded, seconds=WARMUP_SECONDS)
+                report["variants"] = _variants(*ports, args, seeded)
+            return report
         with _servers(dsn, args.workers) as (api_port, baseline_port):
             for port in (api_port, baseline_port):
                 wrk(port, args=args, sessions=seeded, seconds=WARMUP_SECONDS)

@@ -186,7 +186,8 @@ def test_a_worker_killed_is_replaced(database_url: str, tmp_path: Path) -> None:
         err = log_file.read()
         log_file.close()
     assert process.returncode == 0, err[-3000:]
-    assert '"event": "API worker died, starting another"' in err
+    # uvicorn's supervisor says so in its own words.
+    assert f'"event": "Child process [{killed.pid}] died"' in err
 
 
 def _prod_env(database_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -270,3 +271,47 @@ def test_prod_without_a_metrics_port_serves_no_metrics_and_says_so(
     assert warnings == [
         "no metrics are served: PIN_METRICS_PORT is unset, and in prod the API port has no /metrics"
     ]
+
+
+def test_workers_that_cannot_start_stop_the_server_with_one_line(tmp_path: Path) -> None:
+    """A database nobody answers at: every worker fails the same way, so none is restarted
+    (no crash loop) and ``serve`` exits 1 saying which worker did not serve."""
+    nobody = f"postgresql://pin:pin@127.0.0.1:{free_port()}/pin"
+    process = pin_sessions(
+        "serve", "--port", str(free_port()), "--workers", "2", env=_env(nobody, tmp_path)
+    )
+    _, err = process.communicate(timeout=180)
+    assert process.returncode == 1, err[-3000:]
+    assert re.fullmatch(
+        r"pin-sessions: API worker \d+ exited with 3 before it served", err.splitlines()[-1]
+    ), err[-3000:]
+    assert '] died"' not in err  # none was replaced
+
+
+def test_every_worker_answers_readyz_503_from_sigterm_and_still_serves_meanwhile(
+    database_url: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = _env(database_url, tmp_path, PIN_HTTP__SHUTDOWN_DELAY="5")
+    process = pin_sessions("serve", "--port", str(port), "--workers", "2", env=env)
+    try:
+        wait_until_ready(url, process)
+        wait_until_sync(lambda: len(_workers(process)) == 2, timeout=30)
+        process.send_signal(signal.SIGTERM)
+        wait_until_sync(
+            lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 503, timeout=10
+        )
+        # Each worker in turn alone: both left rotation, both still serve.
+        for frozen in _workers(process):
+            frozen.suspend()
+            try:
+                assert httpx.get(f"{url}/readyz", timeout=5).status_code == 503
+                assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+            finally:
+                frozen.resume()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err[-3000:]
+    assert err.count('"event": "draining: /readyz answers 503"') == 2

