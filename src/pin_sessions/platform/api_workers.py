@@ -35,6 +35,7 @@ from fastapi import FastAPI
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors.multiprocess import Multiprocess
 
+from pin_sessions.platform.http.wiring import app_services
 from pin_sessions.platform.serving import (
     SERVER_OPTIONS,
     graceful_shutdown_seconds,
@@ -134,7 +135,7 @@ def _reporting(api: WorkerApi) -> Callable[[Any], Any]:
 def _leave_rotation_first(api: WorkerApi) -> None:
     """On the first stop signal ``/readyz`` answers 503 at once; uvicorn's own handler
     (which closes the listener and drains) hears of the signal only after the delay."""
-    readiness = api.app.state.readiness
+    readiness = app_services(api.app).readiness
     delay = api.shutdown_delay.total_seconds()
     for signum in STOP_SIGNALS:
         uvicorn_handler = signal.getsignal(signum)
