@@ -297,7 +297,7 @@ _API_URL: list[str] = []
 
 
 def prepare(bench: Bench, routes: list[str], workdir: Path, env: dict[str, str]) -> None:
-    """Tokens, refresh tokens, confirm bodies and an OAuth client, as the routes need."""
+    """Access and refresh tokens and an OAuth client, as the routes need."""
     args = bench.args
     if {"heartbeat-user", "introspect"} & set(routes):
         pairs = asyncio.run(_gathered(args.users, _sign_in, 0))
@@ -311,11 +311,6 @@ def prepare(bench: Bench, routes: list[str], workdir: Path, env: dict[str, str])
         bench.inputs["refresh"] = _lines(
             workdir / "refresh.txt", [pair["refreshToken"] for pair in pairs]
         )
-    if "confirm" in routes:
-        bodies = asyncio.run(_gathered(args.codes, _sign_in_code, 100_000))
-        bench.inputs["confirm"] = _lines(
-            workdir / "confirm.txt", [json.dumps(body, separators=(",", ":")) for body in bodies]
-        )
     if {"token", "introspect"} & set(routes):
         created = subprocess.run(
             [sys.executable, "-m", "pin_sessions", "clients", "create", "--name", "bench",
@@ -325,6 +320,14 @@ def prepare(bench: Bench, routes: list[str], workdir: Path, env: dict[str, str])
         client = json.loads(created.stdout)
         credentials = f"{client['clientId']}:{client['clientSecret']}".encode()
         bench.basic = base64.b64encode(credentials).decode()
+
+
+def prepare_codes(bench: Bench, workdir: Path) -> None:
+    """Sign-in codes to confirm, requested right before their route: a code lives 5 minutes."""
+    bodies = asyncio.run(_gathered(bench.args.codes, _sign_in_code, 100_000))
+    bench.inputs["confirm"] = _lines(
+        workdir / "confirm.txt", [json.dumps(body, separators=(",", ":")) for body in bodies]
+    )
 
 
 def _lines(path: Path, lines: list[str]) -> Path:
@@ -390,6 +393,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 side: round(rate * 1e3, 1) for side, rate in bench.idle.items()
             }
             for route in routes:
+                if route == "confirm":
+                    prepare_codes(bench, Path(workdir))
                 report["routes"][route] = bench.route(route)
             for route in filter(None, args.profile.split(",")):
                 stacks = Path(args.profile_dir) / f"{route}.stacks"
