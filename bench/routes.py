@@ -2,18 +2,14 @@
 
     python bench/routes.py [--routes start,heartbeat,…] [--devices 100000] [--duration 5]
                            [--rounds 3] [--connections 16] [--threads 2] [--users 64]
-                           [--codes 6000] [--profile heartbeat-user,refresh]
-                           [--profile-dir .]
+                           [--codes 6000] [--profile heartbeat-user,refresh] [--profile-dir .]
 
 Serves the API exactly as production does (``pin-sessions serve --workers 1``) and, beside
-it, the floor: a bare ASGI app under uvicorn with the same server settings (httptools,
-uvloop, no access log, one process) answering every request with a fixed JSON body. For
-each route, wrk (``bench/routes.lua``) sends the route's requests to the floor and to the
-API in turn, ``--rounds`` times each after a warm-up, so a noisy neighbour hits both; each
-run's CPU per answered request — the server process's (less what it spends idle, measured
-for a few seconds before the runs) and PostgreSQL's (user + system time from psutil), and
-the share of the machine's cores stolen by the hypervisor (/proc/stat) —
-and the medians over the rounds are reported, with the route's target.
+it, the floor (``bench/floor.py``: the same server settings, a fixed JSON body). For each
+route, wrk (``bench/routes.lua``) sends the route's requests to the floor and to the API in
+turn, ``--rounds`` times each after a warm-up; each run's CPU per answered request — the
+server's (less its idle rate, measured before the runs) and PostgreSQL's, from psutil — and
+the cores' stolen share (/proc/stat), with the medians and the route's target.
 
 Routes: ``start`` (a seeded device's session continued), ``heartbeat`` (a guest's),
 ``heartbeat-user`` (a signed-in user's: a Bearer token, picked among ``--users``, reused as
@@ -34,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -50,8 +45,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
+import route_inputs
+from floor import floor_command
 from heartbeat import (
     WRK_MISSING,
     _cpu_seconds,
@@ -80,39 +76,10 @@ TARGETS: dict[str, dict[str, float]] = {
     "refresh": {"us": 1000},
     "token": {"us": 500},  # 2,000/s per core
 }
-FLOOR_FACTORY = "routes:floor_app"
-FLOOR_BODY = b'{"status":"ok"}'
 WARMUP_SECONDS = 2
 IDLE_SECONDS = 5
 PROFILE_TOP = 20
 SECRET = "b" * 48
-
-
-def floor_app() -> Any:
-    """The floor: every request read whole and answered with the same small JSON body."""
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        while (await receive()).get("more_body"):
-            pass
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"15")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": FLOOR_BODY})
-
-    return app
-
-
-def floor_command(port: int) -> list[str]:
-    """The floor under the API's server settings: uvicorn, httptools, uvloop, one process."""
-    return [
-        sys.executable, "-m", "uvicorn", FLOOR_FACTORY, "--factory", "--http", "httptools",
-        "--loop", "uvloop", "--host", "127.0.0.1", "--port", str(port),
-        "--no-access-log", "--log-level", "warning",
-    ]  # fmt: skip
 
 
 # --- one run ---------------------------------------------------------------------------
@@ -264,75 +231,28 @@ def _met(report: dict[str, Any]) -> bool | None:
 # --- prepared inputs -------------------------------------------------------------------
 
 
-async def _sign_in_code(http: httpx.AsyncClient, phone: str) -> dict[str, str]:
-    """A sign-in code requested for ``phone`` and read back: a confirm body's fields."""
-    asked = await http.post("/api/identity/sign-in/requests", json={"phoneNumber": phone})
-    asked.raise_for_status()
-    request_id = asked.json()["requestId"]
-    shown = await http.get(f"/dev/sign-in-codes/{request_id}")
-    shown.raise_for_status()
-    return {"requestId": request_id, "code": shown.json()["code"]}
-
-
-async def _sign_in(http: httpx.AsyncClient, phone: str) -> dict[str, Any]:
-    body = await _sign_in_code(http, phone)
-    confirmed = await http.post("/api/identity/sign-in/confirm", json=body)
-    confirmed.raise_for_status()
-    pair: dict[str, Any] = confirmed.json()
-    return pair
-
-
-async def _gathered(count: int, make: Any, first_phone: int) -> list[Any]:
-    """``count`` calls of ``make(http, phone)``, 16 at a time, each with its own phone."""
-    results: list[Any] = []
-    async with httpx.AsyncClient(base_url=_API_URL[0], timeout=60) as http:
-        for start in range(0, count, 16):
-            batch = range(start, min(start + 16, count))
-            phones = [f"+4479{first_phone + i:08d}" for i in batch]
-            results += await asyncio.gather(*(make(http, phone) for phone in phones))
-    return results
-
-
-_API_URL: list[str] = []
-
-
 def prepare(bench: Bench, routes: list[str], workdir: Path, env: dict[str, str]) -> None:
     """Access and refresh tokens and an OAuth client, as the routes need."""
-    args = bench.args
+    args, url = bench.args, _API_URL[0]
     if {"heartbeat-user", "introspect"} & set(routes):
-        pairs = asyncio.run(_gathered(args.users, _sign_in, 0))
-        bench.inputs["heartbeat-user"] = bench.inputs["introspect"] = _lines(
-            workdir / "access.txt", [pair["accessToken"] for pair in pairs]
-        )
+        access = route_inputs.access_tokens(url, args.users, workdir / "access.txt")
+        bench.inputs["heartbeat-user"] = bench.inputs["introspect"] = access
     if "refresh" in routes:
         # A token per connection and run: each answer's successor takes its place, but
         # those in flight when a run ends may have been rotated, and are not used again.
-        pairs = asyncio.run(_gathered(args.connections * (args.rounds + 4), _sign_in, 10_000))
-        bench.inputs["refresh"] = _lines(
-            workdir / "refresh.txt", [pair["refreshToken"] for pair in pairs]
-        )
+        count = args.connections * (args.rounds + 4)
+        bench.inputs["refresh"] = route_inputs.refresh_tokens(url, count, workdir / "refresh.txt")
     if {"token", "introspect"} & set(routes):
-        created = subprocess.run(
-            [sys.executable, "-m", "pin_sessions", "clients", "create", "--name", "bench",
-             "--scope", "user-activity.internal"],
-            env={**os.environ, **env}, capture_output=True, text=True, check=True, timeout=60,
-        )  # fmt: skip
-        client = json.loads(created.stdout)
-        credentials = f"{client['clientId']}:{client['clientSecret']}".encode()
-        bench.basic = base64.b64encode(credentials).decode()
+        bench.basic = route_inputs.basic_credentials(env)
 
 
 def prepare_codes(bench: Bench, workdir: Path) -> None:
     """Sign-in codes to confirm, requested right before their route: a code lives 5 minutes."""
-    bodies = asyncio.run(_gathered(bench.args.codes, _sign_in_code, 100_000))
-    bench.inputs["confirm"] = _lines(
-        workdir / "confirm.txt", [json.dumps(body, separators=(",", ":")) for body in bodies]
-    )
+    path = workdir / "confirm.txt"
+    bench.inputs["confirm"] = route_inputs.confirm_bodies(_API_URL[0], bench.args.codes, path)
 
 
-def _lines(path: Path, lines: list[str]) -> Path:
-    path.write_text("\n".join(lines) + "\n")
-    return path
+_API_URL: list[str] = []
 
 
 # --- orchestration ---------------------------------------------------------------------
