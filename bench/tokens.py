@@ -5,9 +5,11 @@
 
 1. Verification, in process, in the same run: the service's ``TokenVerifier`` with its key
    set warm (the cached ES256 public key; the clock held still, so the set is never read
-   again) against what verification cost before, PyJWT's HS256 decode of the same claims
-   under a shared secret with the same checks. Alternated A B A B for ``--rounds`` rounds,
-   ``--verifications`` tokens each, one CPU core.
+   again) and its cache of verified tokens off, so each verification checks the signature,
+   against what verification cost before, PyJWT's HS256 decode of the same claims under a
+   shared secret with the same checks; and the service's verifier as it runs, a reused
+   token found in its cache. Alternated for ``--rounds`` rounds, ``--verifications``
+   tokens each, one CPU core.
 2. ``POST /oauth/token`` through the real API (``pin-sessions serve --workers N``) under wrk
    (Debian package ``wrk``) with ``bench/oauth_token.lua``: a client registered with
    ``pin-sessions clients create``, HTTP Basic, the form body; each answer a signed m2m
@@ -83,7 +85,15 @@ async def verification(dsn: str, env: dict[str, str], args: argparse.Namespace) 
     settings = load_settings(env)
     database = Database(dsn, max_size=1)
     runtime = build_runtime(settings, dsn, clock=FixedClock(NOW), database=database)
+    # No verified token kept: every verification checks the signature.
     keys = KeySet(
+        PublishedKeys(database),
+        CollectorRegistry(),
+        clock=runtime.clock,
+        wait_limit=WAIT,
+        token_cache_capacity=0,
+    )
+    cached_keys = KeySet(
         PublishedKeys(database), CollectorRegistry(), clock=runtime.clock, wait_limit=WAIT
     )
     await database.open()
@@ -96,12 +106,14 @@ async def verification(dsn: str, env: dict[str, str], args: argparse.Namespace) 
         claims = jwt.decode(es256, options={"verify_signature": False})
         hs256 = jwt.encode(claims, HS256_SECRET, algorithm="HS256")
         verifier = TokenVerifier(keys, settings.effective_public_url)
-        await verifier.verify(es256, now=NOW)  # the key set is read once, here
+        cached = TokenVerifier(cached_keys, settings.effective_public_url)
+        for warm in (verifier, cached):
+            await warm.verify(es256, now=NOW)  # the key set is read once, here
 
-        async def es256_round() -> float:
+        async def es256_round(which: TokenVerifier = verifier) -> float:
             started = time.perf_counter()
             for _ in range(args.verifications):
-                await verifier.verify(es256, now=NOW)
+                await which.verify(es256, now=NOW)
             count: int = args.verifications
             return count / (time.perf_counter() - started)
 
@@ -112,11 +124,13 @@ async def verification(dsn: str, env: dict[str, str], args: argparse.Namespace) 
             count: int = args.verifications
             return count / (time.perf_counter() - started)
 
-        es, hs = [], []
+        es, hs, reused = [], [], []
         for _ in range(args.rounds):
             es.append(await es256_round())
             hs.append(hs256_round())
+            reused.append(await es256_round(cached))
     finally:
+        await cached_keys.close()
         await keys.close()
         await database.close()
     return {
@@ -126,6 +140,8 @@ async def verification(dsn: str, env: dict[str, str], args: argparse.Namespace) 
         "hs256Rounds": [round(value) for value in hs],
         "es256MicrosecondsEach": round(1e6 / max(es), 1),
         "hs256MicrosecondsEach": round(1e6 / max(hs), 1),
+        "es256ReusedTokenPerSecond": round(max(reused)),
+        "es256ReusedTokenMicrosecondsEach": round(1e6 / max(reused), 1),
     }
 
 

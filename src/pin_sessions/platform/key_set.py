@@ -16,7 +16,10 @@ it) and kept here as a :class:`~pin_sessions.platform.refreshed.RefreshedCopy`:
 * concurrent callers share one read (single flight); only a process with no copy yet
   waits for one, at most ``wait_limit``;
 * the JWKS document (``GET /.well-known/jwks.json``) is rendered once per read of the set
-  and served from the copy.
+  and served from the copy;
+* the tokens its keys verified are kept in :attr:`KeySet.verified_tokens`
+  (:mod:`~pin_sessions.platform.verified_tokens`), each usable only while its kid is in
+  the set.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.refreshed import RefreshedCopy
+from pin_sessions.platform.verified_tokens import CAPACITY as TOKEN_CACHE_CAPACITY
+from pin_sessions.platform.verified_tokens import VerifiedTokens
 
 # Read every 2 s: a copy in use is at most a tick later plus the read's time older, which
 # leaves a read 2.5 s to finish within MAX_AGE.
@@ -64,8 +69,12 @@ class KeySet:
         *,
         clock: Clock,
         wait_limit: timedelta,
+        token_cache_capacity: int = TOKEN_CACHE_CAPACITY,
     ) -> None:
         self._source = source
+        # The tokens these keys verified: an entry holds only while its key is in the set,
+        # and every verifier of the process shares it (one cache, one pair of counters).
+        self.verified_tokens = VerifiedTokens(registry, token_cache_capacity)
         self._reloads_left = float(UNKNOWN_KID_RELOADS)
         self._refilled_at: datetime | None = None
         self._loads = Counter(

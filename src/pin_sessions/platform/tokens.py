@@ -27,6 +27,7 @@ import jwt
 
 from pin_sessions.platform.errors import Unauthorized
 from pin_sessions.platform.key_set import KeySet
+from pin_sessions.platform.verified_tokens import CachedToken
 
 ALGORITHM = "ES256"
 TOKEN_TYPE = "at+jwt"  # noqa: S105 - RFC 9068's JWT type, not a secret
@@ -92,14 +93,34 @@ class VerifiedToken:
 
 
 class TokenVerifier:
-    """Verifies tokens of ``issuer`` with the published keys of ``keys``."""
+    """Verifies tokens of ``issuer`` with the published keys of ``keys``.
+
+    A token verified before is taken from the key set's cache of verified tokens
+    (:mod:`~pin_sessions.platform.verified_tokens`) while its key is still in the set, its
+    lifetime judged again at each ``now``: the same answer, without the signature's cost.
+    """
 
     def __init__(self, keys: KeySet, issuer: str) -> None:
         self._keys = keys
+        self._verified = keys.verified_tokens
         self.issuer = issuer
 
     async def verify(self, token: str, *, now: datetime) -> VerifiedToken:
         """The token's content, or :class:`InvalidToken` naming no more than what failed."""
+        cached = self._verified.get(token)
+        if cached is None:
+            verified, kid = await self._verify_signed(token, now)
+            self._verified.put(token, CachedToken(verified, kid))
+            return verified
+        # The key may have left the set since (keys rotate --now): its tokens stop at once.
+        if await self._keys.key(cached.kid, now) is None:
+            self._verified.forget(token)
+            raise InvalidToken("the token's signing key is unknown")
+        _judge_lifetime(cached.verified.issued_at, cached.verified.expires_at, now)
+        return cached.verified
+
+    async def _verify_signed(self, token: str, now: datetime) -> tuple[VerifiedToken, str]:
+        """The token's content and its key's kid, its signature checked."""
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:
@@ -127,18 +148,22 @@ class TokenVerifier:
         except jwt.PyJWTError as exc:
             raise InvalidToken() from exc
         try:
-            return _content(claims, now)
+            return _content(claims, now), kid
         except (TypeError, ValueError, OverflowError, OSError) as exc:
             raise InvalidToken() from exc
+
+
+def _judge_lifetime(issued_at: datetime, expires_at: datetime, now: datetime) -> None:
+    if expires_at <= now:
+        raise InvalidToken("the token has expired")
+    if issued_at > now + ISSUED_AT_LEEWAY:
+        raise InvalidToken("the token is issued in the future")
 
 
 def _content(claims: dict[str, Any], now: datetime) -> VerifiedToken:
     expires_at = _instant(claims["exp"])
     issued_at = _instant(claims["iat"])
-    if expires_at <= now:
-        raise InvalidToken("the token has expired")
-    if issued_at > now + ISSUED_AT_LEEWAY:
-        raise InvalidToken("the token is issued in the future")
+    _judge_lifetime(issued_at, expires_at, now)
     audience = claims["aud"]
     principal: Principal
     if audience == USER_AUDIENCE and "sid" in claims:

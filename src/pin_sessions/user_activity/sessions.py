@@ -49,6 +49,11 @@ async def start_session(
 ) -> Started:
     """Start or continue the device's session (INV-SES-001)."""
     anonymous_id = anonymous_id or new_id()
+    if caller is None:
+        # A guest's is one statement, never an event (only a user's new session publishes
+        # one) and no tombstone to check: BEGIN and COMMIT would double its round trips.
+        async with db.connection() as conn:
+            return await active_session(conn, anonymous_id, device, now)
     async with db.transaction() as conn:
         return await callers_session(conn, anonymous_id, caller, device, now)
 
