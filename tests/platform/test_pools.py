@@ -69,6 +69,17 @@ async def test_a_worker_pool_holds_at_most_worker_pool_max_connections(database_
         await database.close()
 
 
+async def test_the_api_pool_opens_full_before_its_first_request(database_url: str) -> None:
+    settings = load_settings({"PIN_DATABASE__POOL_MAX": "5"})
+    database = api_database(settings, database_url)
+    await database.open()
+    try:
+        assert database.pool.get_size() == 5
+        assert database.pool.get_idle_size() == 5
+    finally:
+        await database.close()
+
+
 @pytest.fixture
 def silent_server() -> Iterator[str]:
     """A DSN whose server accepts the connection and never says a word."""

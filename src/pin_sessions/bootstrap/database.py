@@ -88,11 +88,16 @@ def api_database(settings: Settings, dsn: str) -> Database:
     """The API's pool: every call bounded by ``PIN_DATABASE__*`` (SPEC §9).
 
     No route changes its session (no SET, LISTEN or session advisory lock), so its
-    connections go back to the pool without the reset round trip.
+    connections go back to the pool without the reset round trip. The pool opens full,
+    before the process listens: grown on demand, its first connections were made under
+    the first burst of traffic (a start, a restart, a replaced worker), each one's
+    authentication and setup queued behind the requests waiting for it, and the soak's
+    first seconds at 100 heartbeats/s answered 503s for the acquire timeout.
     """
     options = settings.database
     return Database(
         dsn,
+        min_size=options.pool_max,
         max_size=options.pool_max,
         bounds=Bounds(
             statement_timeout=options.statement_timeout, acquire_timeout=options.acquire_timeout
