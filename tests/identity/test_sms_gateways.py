@@ -37,9 +37,9 @@ PROVIDERS = ["webhook", "twilio", "smsru"]
 # Seconds per attempt in this module (PIN_SMS__TIMEOUT), so hangs cost little; the default
 # of 5 s is the settings' (test_settings.py).
 TIMEOUT = 1.0
-# What a hang or a trickle may take beyond the timeout on a loaded machine: far less than the
-# trickle's 60 s, which a timeout per read (not per attempt) would wait out.
-SLACK = 10.0
+# What a hang or a trickle may take beyond the timeout on a loaded machine: far less than
+# the 5 minutes either fault lasts, which a timeout per read (not per attempt) would wait out.
+SLACK = 60.0
 
 
 @pytest.fixture(params=PROVIDERS)

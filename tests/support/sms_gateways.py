@@ -283,19 +283,20 @@ def huge(*, declared: bool) -> Fault:
 
 
 def trickle(seconds_per_byte: float = 0.1) -> Fault:
-    """A 200 whose body comes a byte at a time, each read within any per-read timeout."""
+    """A 200 whose body comes a byte at a time (5 minutes of it), each read within any
+    per-read timeout."""
 
     async def fault(request: Request) -> Response:
-        return StreamingResponse(_chunks(request, 600, 1, seconds_per_byte), status_code=200)
+        return StreamingResponse(_chunks(request, 3000, 1, seconds_per_byte), status_code=200)
 
     return fault
 
 
 def hang() -> Fault:
-    """No answer at all, until the client gives up and hangs up."""
+    """No answer at all (for 5 minutes), until the client gives up and hangs up."""
 
     async def fault(request: Request) -> Response:
-        for _ in range(600):
+        for _ in range(6000):
             if await request.is_disconnected():
                 break
             await asyncio.sleep(0.05)
