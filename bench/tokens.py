@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -41,6 +39,7 @@ from typing import Any
 import asyncpg
 import jwt
 from prometheus_client import CollectorRegistry
+from route_inputs import basic_credentials
 from serving import bench_database, free_port, running_server
 
 from pin_sessions.bootstrap.database import build_runtime
@@ -154,13 +153,7 @@ def _api(env: dict[str, str], workers: int) -> Iterator[int]:
 
 
 def token_endpoint(env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
-    created = subprocess.run(
-        [sys.executable, "-m", "pin_sessions", "clients", "create", "--name", "bench",
-         "--scope", "user-activity.internal"],
-        env={**os.environ, **env}, capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
-    client = json.loads(created.stdout)
-    basic = base64.b64encode(f"{client['clientId']}:{client['clientSecret']}".encode()).decode()
+    basic = basic_credentials(env)
     with _api({**env, "PIN_LOG_LEVEL": "warning"}, args.workers) as port:
         runs = [_wrk(port, basic, args, seconds) for seconds in (2, args.duration)]
     return {"warmup": runs[0], **runs[1]}
