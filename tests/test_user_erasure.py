@@ -82,7 +82,19 @@ async def _a_users_life(
         await http.post("/api/user-activity/actions", headers=user, json=action)
     ).status_code == 201
     clock.advance(timedelta(minutes=20))
-    await close_once(runtime, CollectorRegistry())
+
+    async def laptop_closed() -> bool:
+        # The closer skips a session another transaction holds (SKIP LOCKED): here the
+        # signed-in consumer linking the laptop's sign-in, if it runs at this moment. The
+        # service's closer comes back on its next pass; so does the test.
+        await close_once(runtime, CollectorRegistry())
+        async with runtime.database.connection() as conn:
+            status = await conn.fetchval(
+                "select status from user_activity.sessions where anonymous_id = $1", laptop
+            )
+        return bool(status == "Inactive")
+
+    await wait_until(laptop_closed, timeout=60)
     # The phone browses as a guest, then signs in: the sign-in event links the session the
     # view started (signed in first, the event could be consumed before that session existed).
     view = {"propertyObjectId": str(new_id())}
