@@ -21,10 +21,12 @@ summary and exporting (``soak_traffic``, ``soak_services``). Meanwhile the fault
 last fault has been over for a while.
 
 At the end the outbox drains and the books are reconciled (``soak_books``); the SLOs are
-judged per route and per fault window (``soak_report``). ``--report`` gets the JSON,
-``--plot`` a PNG of throughput and p99 per route over time with the faults shaded
-(``soak_plot``); by default both go to ``soak-<bus>-<start time>.json``/``.png`` in the
-current directory. Prints a summary; exits 0 when ``ok``, 1 when not.
+judged per route and per fault window (``soak_report``), the latencies of the first
+``--warmup`` seconds (by default the 10 % before the first fault) reported apart.
+``--report`` gets the JSON, ``--plot`` a PNG of throughput and p99 per route over time
+with the faults shaded (``soak_plot``); by default both go to
+``soak-<bus>-<start time>.json``/``.png`` in the current directory. Prints a summary;
+exits 0 when ``ok``, 1 when not.
 
 The load generator shares the machine with the service: the report gives its CPU per
 call, the share of the cores that was busy, idle and stolen (/proc/stat), and the CPU of
@@ -77,6 +79,13 @@ def parse(argv: list[str] | None = None) -> Options:
     parser.add_argument("--closer-threshold", type=float, default=8.0, help="seconds")
     parser.add_argument("--pause", type=float, default=5.0, help="seconds a freeze lasts")
     parser.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="seconds whose latencies are reported apart, before the first fault "
+        "(default: the first 10 %% of the run)",
+    )
+    parser.add_argument(
         "--call-timeout", type=float, default=10.0, help="seconds before a call is given up"
     )
     args = parser.parse_args(argv)
@@ -98,6 +107,7 @@ def parse(argv: list[str] | None = None) -> Options:
         pause=args.pause,
         call_timeout=args.call_timeout,
         workdir=args.workdir,
+        warmup=args.warmup,
     )
 
 

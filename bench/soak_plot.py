@@ -42,6 +42,12 @@ def draw(report: dict[str, Any], path: Path) -> None:
         scaled = budget * report["slo"]["p99WithinBudget"]["budgetScale"]
         tails.axhline(scaled, linestyle=":", linewidth=0.8, color="grey")
         tails.annotate(label, (0, scaled), fontsize=7, color="grey", va="bottom")
+    warmup = report["run"].get("warmUpSeconds") or 0.0
+    for axis in (rates, tails):
+        axis.axvspan(0, warmup, color="grey", alpha=0.12)
+    if warmup:
+        rates.annotate("warm-up", (0, 1), xycoords=("data", "axes fraction"), va="top",
+                       fontsize=7, color="grey")  # fmt: skip
     for window in report["windows"]:
         if window.get("skipped"):
             continue

@@ -10,6 +10,11 @@ route must answer again within that long). Outside every window:
 * no 4xx the scenario does not explain (a driver that sees one has found a defect or has
   one).
 
+The first ``warmup`` seconds (the stretch before the first fault) are judged as the rest for
+errors, but their latencies are reported apart and not held to the budgets: a service just
+started, beside brokers whose JVMs are still compiling, answers its first burst slowly, and
+a soak measures the steady state a long-running service is in. The report shows them.
+
 Inside a window, every failure is a 503 ``application/problem+json`` — but for the
 connections of a killed API worker, which break (a load balancer retries those) — and
 the first call sent after the fault's end that succeeds is answered within ``recovery``
@@ -115,6 +120,7 @@ def evaluate(
     *,
     recovery: float,
     budget_scale: float,
+    warmup: float = 0.0,
 ) -> dict[str, Any]:
     """Per route and per window figures, and the SLO verdicts (each with ``holds``)."""
     active = [window for window in windows if window.skipped is None]
@@ -134,8 +140,10 @@ def evaluate(
     for record in records:
         by_route[record.route].append(record)
     outside_by_route: dict[str, list[Record]] = defaultdict(list)
+    warming_by_route: dict[str, list[Record]] = defaultdict(list)
     for record in outside:
-        outside_by_route[record.route].append(record)
+        steady = record.sent >= warmup
+        (outside_by_route if steady else warming_by_route)[record.route].append(record)
     over_budget = []
     for route, calls in sorted(by_route.items()):
         clear = summarize(outside_by_route.get(route, []))
@@ -146,6 +154,7 @@ def evaluate(
         routes[route] = {
             **summarize(calls),
             "outsideWindows": {**clear, "budgetMs": budget, "withinBudget": within},
+            "warmUp": summarize(warming_by_route.get(route, [])),
         }
 
     server_errors = [r for r in outside if _failed(r) and not isinstance(r.status, int)]
@@ -172,7 +181,7 @@ def evaluate(
     slo = {
         "no5xxOutsideWindows": _verdict(server_errors),
         "p99WithinBudget": {"holds": not over_budget, "over": over_budget,
-                            "budgetScale": budget_scale},
+                            "budgetScale": budget_scale, "afterWarmUpSeconds": warmup},
         "onlyProblem503InWindows": _verdict(bad_in_windows),
         "recoveryWithinSeconds": {"holds": not slow_recoveries, "seconds": recovery,
                                   "slow": slow_recoveries},

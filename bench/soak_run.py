@@ -67,6 +67,13 @@ class Options:
     pause: float
     workdir: Path | None
     call_timeout: float = 10.0
+    # Seconds of traffic whose latencies are reported apart (soak_report); the faults start
+    # after them. None: the first 10 % of the run.
+    warmup: float | None = None
+
+    @property
+    def warmup_seconds(self) -> float:
+        return self.duration * 0.1 if self.warmup is None else self.warmup
 
 
 @dataclass
@@ -355,7 +362,7 @@ async def _traffic(
     schedule = {"default": DEFAULT, "all": ALL}.get(options.faults, ())
     failures: list[str] = []
     try:
-        await faults.run(schedule, first_at=options.duration * 0.1, until=options.duration)
+        await faults.run(schedule, first_at=options.warmup_seconds, until=options.duration)
     except Exception as exc:
         failures.append(f"fault schedule stopped: {exc}")
     last_end = max((w.end for w in faults.windows), default=0.0)
@@ -415,7 +422,11 @@ def _report(
 ) -> dict[str, Any]:  # fmt: skip
     records = out["recorder"].records
     judged = evaluate(
-        records, out["windows"], recovery=options.recovery, budget_scale=options.budget_scale
+        records,
+        out["windows"],
+        recovery=options.recovery,
+        budget_scale=options.budget_scale,
+        warmup=options.warmup_seconds,
     )
     ledger = out["ledger"]
     erasures: Erasures = out["erasures"]
@@ -439,6 +450,7 @@ def _report(
             "seed": options.seed,
             "closerThresholdSeconds": options.closer_threshold,
             "recoverySeconds": options.recovery,
+            "warmUpSeconds": options.warmup_seconds,
             "budgetScale": options.budget_scale,
             "callTimeoutSeconds": options.call_timeout,
             "calls": len(records),

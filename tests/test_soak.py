@@ -156,6 +156,21 @@ def test_a_500_in_a_window_a_503_outside_and_a_slow_route_each_break_their_slo()
     assert not slo["recoveryWithinSeconds"]["holds"]  # nothing succeeded after the kill
 
 
+def test_the_warm_up_excuses_latency_but_no_error() -> None:
+    records = [
+        _record("start", 1.0, 0.6, 200),
+        _record("start", 2.0, 0.01, 503, problem=True),
+        _record("start", 20.0, 0.02, 200),
+    ]
+    judged = evaluate(records, [], recovery=5, budget_scale=1, warmup=12.0)
+    assert judged["slo"]["p99WithinBudget"]["holds"]
+    assert not judged["slo"]["no5xxOutsideWindows"]["holds"]
+    assert judged["routes"]["start"]["warmUp"]["p99Ms"] == 600.0
+    assert judged["routes"]["start"]["outsideWindows"]["p99Ms"] == 20.0
+    cold = evaluate(records, [], recovery=5, budget_scale=1)["slo"]["p99WithinBudget"]
+    assert cold["over"] == ["start: p99 600.0 ms > 100 ms"]
+
+
 def test_broken_connections_are_allowed_only_when_an_api_worker_is_killed() -> None:
     calls = [_record("heartbeat", 10.5, 0.0, TRANSPORT), _record("heartbeat", 13.0, 0.01, 200)]
     killed = evaluate(calls, [Window("kill-api-worker", 10.0, 12.0)], recovery=5, budget_scale=1)
