@@ -22,7 +22,8 @@ last fault has been over for a while.
 
 At the end the outbox drains and the books are reconciled (``soak_books``); the SLOs are
 judged per route and per fault window (``soak_report``), the latencies of the first
-``--warmup`` seconds (by default the 10 % before the first fault) reported apart.
+``--warmup`` seconds (by default the 10 % before the first fault, while the devices arrive)
+reported apart.
 ``--report`` gets the JSON, ``--plot`` a PNG of throughput and p99 per route over time
 with the faults shaded (``soak_plot``); by default both go to
 ``soak-<bus>-<start time>.json``/``.png`` in the current directory. Prints a summary;
@@ -82,8 +83,8 @@ def parse(argv: list[str] | None = None) -> Options:
         "--warmup",
         type=float,
         default=None,
-        help="seconds whose latencies are reported apart, before the first fault "
-        "(default: the first 10 %% of the run)",
+        help="seconds over which the devices first arrive, their latencies reported apart, "
+        "before the first fault (default: the first 10 %% of the run)",
     )
     parser.add_argument(
         "--call-timeout", type=float, default=10.0, help="seconds before a call is given up"

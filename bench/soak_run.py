@@ -339,7 +339,7 @@ async def _traffic(
         "127.0.0.1", api_port, recorder, connections=connections, timeout=options.call_timeout
     )
     plan = Plan(options.duration, options.devices, options.rate,
-                closer_threshold=options.closer_threshold)  # fmt: skip
+                closer_threshold=options.closer_threshold, ramp=options.warmup_seconds)  # fmt: skip
     world = World(wire, sms, recorder, plan, random.Random(options.seed))
     erasures = Erasures()
     gap = min(5.0, max(2.0, options.duration * 0.05))

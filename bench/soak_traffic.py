@@ -121,6 +121,9 @@ class Plan:
     activity_every: float = 12.0  # seconds between a device's actions/views, on average
     refresh_every: float = 30.0
     closer_threshold: float = 8.0
+    # Seconds over which the first devices arrive (the warm-up): all of them at once is a
+    # herd no steady state sees, and a service just started would be judged on it.
+    ramp: float = 5.0
 
 
 @dataclass
@@ -554,7 +557,7 @@ async def population(world: World) -> None:
     longest = max(10.0, min(90.0, plan.duration * 0.6))
 
     async def slot(index: int) -> None:
-        await asyncio.sleep(world.rng.uniform(0, min(5.0, plan.duration / 10)))
+        await asyncio.sleep(world.rng.uniform(0, plan.ramp))
         device = new_device(world)
         returning = False
         while not world.stopping.is_set():
