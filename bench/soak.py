@@ -17,8 +17,8 @@ new devices, sign-ins by the codes the webhook receives, links, actions and prop
 with ``Idempotency-Key`` (retried with the same key), refreshes, a few erasures, a service
 fetching client-credentials tokens and introspecting, and a dev-stats viewer reading the
 summary and exporting (``soak_traffic``, ``soak_services``). Meanwhile the faults of
-``--faults default`` run one after another (``soak_faults``). Traffic goes on until the
-last fault has been over for a while.
+``--faults default`` run one after another, ``--gap`` seconds apart (``soak_faults``).
+Traffic goes on until the last fault has been over for a while.
 
 At the end the outbox drains and the books are reconciled (``soak_books``); the SLOs are
 judged per route and per fault window (``soak_report``), the latencies of the first
@@ -87,6 +87,13 @@ def parse(argv: list[str] | None = None) -> Options:
         "before the first fault (default: the first 10 %% of the run)",
     )
     parser.add_argument(
+        "--gap",
+        type=float,
+        default=None,
+        help="seconds from one fault's end to the next one's start (default: 5 %% of the run, "
+        "between 2 s and the recovery allowance + 20 s)",
+    )
+    parser.add_argument(
         "--call-timeout", type=float, default=10.0, help="seconds before a call is given up"
     )
     args = parser.parse_args(argv)
@@ -109,6 +116,7 @@ def parse(argv: list[str] | None = None) -> Options:
         call_timeout=args.call_timeout,
         workdir=args.workdir,
         warmup=args.warmup,
+        gap=args.gap,
     )
 
 

@@ -23,6 +23,7 @@ seconds of that end.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -121,8 +122,10 @@ def evaluate(
     recovery: float,
     budget_scale: float,
     warmup: float = 0.0,
+    lags: Sequence[tuple[float, float]] = (),
 ) -> dict[str, Any]:
-    """Per route and per window figures, and the SLO verdicts (each with ``holds``)."""
+    """Per route and per window figures, the SLO verdicts (each with ``holds``) and the
+    driver's lag (``lags``: due, seconds late) in all and outside the windows."""
     active = [window for window in windows if window.skipped is None]
     inside: list[list[Record]] = [[] for _ in active]
     outside: list[Record] = []
@@ -191,6 +194,34 @@ def evaluate(
         "routes": routes,
         "windows": window_reports + [w.as_json() for w in windows if w.skipped is not None],
         "slo": slo,
+        "driverLag": _driver_lag(lags, active, recovery, warmup),
+    }
+
+
+def _driver_lag(
+    lags: Sequence[tuple[float, float]], active: Sequence[Window], recovery: float, warmup: float
+) -> dict[str, Any]:
+    """How late the driver sent its scheduled calls. A latency counts from the send, so a
+    driver late outside the windows would hide the service's slowness there (coordinated
+    omission); inside a freeze every connection waits and the lag is expected."""
+    merged: list[list[float]] = []  # the windows' spans, overlapping ones joined
+    for start, end in sorted((window.start, window.end + recovery) for window in active):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    starts = [start for start, _ in merged]
+
+    def calm(due: float) -> bool:
+        index = bisect.bisect_right(starts, due) - 1
+        return due >= warmup and (index < 0 or merged[index][1] < due)
+
+    steady = [late for due, late in lags if calm(due)]
+    return {
+        "p99Ms": _ms(percentile([late for _, late in lags], 0.99)),
+        "calls": len(lags),
+        "outsideWindowsP99Ms": _ms(percentile(steady, 0.99)),
+        "outsideWindowsCalls": len(steady),
     }
 
 

@@ -78,8 +78,9 @@ class Recorder:
 
     started: float = field(default_factory=time.monotonic)
     records: list[Record] = field(default_factory=list)
-    # How late each scheduled call (a heartbeat) was sent: the driver's own lag.
-    lags: list[float] = field(default_factory=list)
+    # (due, how late it was sent) of each scheduled call (a heartbeat): the driver's own
+    # lag — a call waiting for a free connection while a freeze holds them all, say.
+    lags: list[tuple[float, float]] = field(default_factory=list)
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -152,7 +153,7 @@ class Wire:
         async with self._slots:
             sent = self._recorder.now()
             if due is not None:
-                self._recorder.lags.append(sent - due)
+                self._recorder.lags.append((due, sent - due))
             try:
                 answer = await asyncio.wait_for(self._exchange(request), self._timeout)
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:

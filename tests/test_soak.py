@@ -39,6 +39,7 @@ sys.path.append(str(BENCH))  # after everything else: bench/ names no package
 
 from soak_processes import stop_leftover_postgres  # noqa: E402
 from soak_report import Window, evaluate, percentile  # noqa: E402
+from soak_run import Options  # noqa: E402
 from soak_wire import TRANSPORT, Record  # noqa: E402
 
 SOAK_SECONDS = 50
@@ -169,6 +170,26 @@ def test_the_warm_up_excuses_latency_but_no_error() -> None:
     assert judged["routes"]["start"]["outsideWindows"]["p99Ms"] == 20.0
     cold = evaluate(records, [], recovery=5, budget_scale=1)["slo"]["p99WithinBudget"]
     assert cold["over"] == ["start: p99 600.0 ms > 100 ms"]
+
+
+def test_the_drivers_lag_is_reported_apart_outside_the_windows_and_the_warm_up() -> None:
+    windows = [Window("freeze-postgres", 10.0, 15.0), Window("kill-job", 12.0, 13.0),
+               Window("kill-relay", 30.0, 30.0, skipped="no relay")]  # fmt: skip
+    # (due, seconds late): in the warm-up, in the joined windows and their recovery, calm.
+    lags = [(1.0, 2.0), (11.0, 4.0), (19.5, 3.0), (21.0, 0.002), (31.0, 0.004)]
+    lag = evaluate([], windows, recovery=5, budget_scale=1, warmup=5.0, lags=lags)["driverLag"]
+    assert lag == {"p99Ms": 4000.0, "calls": 5, "outsideWindowsP99Ms": 4.0,
+                   "outsideWindowsCalls": 2}  # fmt: skip
+
+
+def test_a_long_runs_faults_leave_calm_between_them_and_a_short_runs_fit() -> None:
+    def options(duration: float, gap: float | None = None) -> Options:
+        return Options(duration, 100, 25, "pg", "default", None, None, None, 2, 27, 1.0,
+                       5.0, 8.0, 5.0, None, gap=gap)  # fmt: skip
+
+    assert options(1200).gap_seconds == 25.0  # 20 s of calm after each recovery allowance
+    assert options(50).gap_seconds == 2.5
+    assert options(1200, gap=7).gap_seconds == 7
 
 
 def test_broken_connections_are_allowed_only_when_an_api_worker_is_killed() -> None:
