@@ -230,6 +230,7 @@ async function signOut() {
   const tokens = savedTokens();
   saveTokens(null);
   clearTimeout(reloadTimer);
+  shown = null; // nothing of the signed-out user's to redraw or export
   if (tokens) await logout(tokens.accessToken).catch(() => {});
   showSignIn("Signed out.");
 }
@@ -243,11 +244,13 @@ $("sign-out").addEventListener("click", signOut);
 $("sign-out-denied").addEventListener("click", signOut);
 $("check-again").addEventListener("click", () => load({ refresh: true }));
 $("export-csv").addEventListener("click", exportCsv);
-// Charts are drawn at the size they take on screen: redraw when that changes (a phone turned).
+// Charts are drawn at the size they take on screen: redraw when that changes (a phone turned),
+// only while they are on screen — a redraw shows the dashboard, and by the time the timer
+// fires the user may have signed out or the session ended.
 let resizeTimer = null;
 window.addEventListener("resize", () => {
   clearTimeout(resizeTimer);
-  resizeTimer = setTimeout(() => shown && render(shown), 150);
+  resizeTimer = setTimeout(() => shown && !$("dashboard").hidden && render(shown), 150);
 });
 defaultRange();
 showToday();
