@@ -23,7 +23,6 @@ seconds of that end.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -58,7 +57,11 @@ class Window:
     strict: bool = False
 
     def covers(self, record: Record, recovery: float) -> bool:
-        return record.sent <= self.end + recovery and record.answered >= self.start
+        return self.overlaps(record.sent, record.answered, recovery)
+
+    def overlaps(self, start: float, end: float, recovery: float) -> bool:
+        """Whether ``start … end`` meets the fault or the recovery allowance after it."""
+        return start <= self.end + recovery and end >= self.start
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -204,19 +207,11 @@ def _driver_lag(
     """How late the driver sent its scheduled calls. A latency counts from the send, so a
     driver late outside the windows would hide the service's slowness there (coordinated
     omission); inside a freeze every connection waits and the lag is expected."""
-    merged: list[list[float]] = []  # the windows' spans, overlapping ones joined
-    for start, end in sorted((window.start, window.end + recovery) for window in active):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    starts = [start for start, _ in merged]
-
-    def calm(due: float) -> bool:
-        index = bisect.bisect_right(starts, due) - 1
-        return due >= warmup and (index < 0 or merged[index][1] < due)
-
-    steady = [late for due, late in lags if calm(due)]
+    steady = [
+        late
+        for due, late in lags
+        if due >= warmup and not any(window.overlaps(due, due, recovery) for window in active)
+    ]
     return {
         "p99Ms": _ms(percentile([late for _, late in lags], 0.99)),
         "calls": len(lags),

@@ -184,8 +184,11 @@ def test_the_drivers_lag_is_reported_apart_outside_the_windows_and_the_warm_up()
 
 def test_a_long_runs_faults_leave_calm_between_them_and_a_short_runs_fit() -> None:
     def options(duration: float, gap: float | None = None) -> Options:
-        return Options(duration, 100, 25, "pg", "default", None, None, None, 2, 27, 1.0,
-                       5.0, 8.0, 5.0, None, gap=gap)  # fmt: skip
+        return Options(
+            duration=duration, devices=100, rate=25, bus="pg", faults="default",
+            database_url=None, report=None, plot=None, erasures=2, seed=27, budget_scale=1.0,
+            recovery=5.0, closer_threshold=8.0, pause=5.0, workdir=None, gap=gap,
+        )  # fmt: skip
 
     assert options(1200).gap_seconds == 25.0  # 20 s of calm after each recovery allowance
     assert options(50).gap_seconds == 2.5

@@ -230,7 +230,6 @@ async function signOut() {
   const tokens = savedTokens();
   saveTokens(null);
   clearTimeout(reloadTimer);
-  shown = null; // nothing of the signed-out user's to redraw or export
   if (tokens) await logout(tokens.accessToken).catch(() => {});
   showSignIn("Signed out.");
 }
