@@ -46,10 +46,17 @@ class Store:
         return f"{key}@{value} alone"
 
 
-def _group(store: Store, *, max_batch: int = 1000) -> tuple[GroupCommit[str, int, str], Histogram]:
+def _group(
+    store: Store, *, max_batch: int = 1000, linger: float = 0.0
+) -> tuple[GroupCommit[str, int, str], Histogram]:
     sizes = Histogram("batch_size", "sizes", buckets=(1, 2, 4, 8), registry=CollectorRegistry())
     group = GroupCommit(
-        store.flush, alone=store.serve_alone, merge=max, batch_sizes=sizes, max_batch=max_batch
+        store.flush,
+        alone=store.serve_alone,
+        merge=max,
+        batch_sizes=sizes,
+        max_batch=max_batch,
+        linger=linger,
     )
     return group, sizes
 
@@ -197,3 +204,25 @@ async def test_a_failure_of_a_key_served_alone_fails_only_its_requests() -> None
 
     assert outcomes[0] == "a@1"
     assert isinstance(outcomes[1], ConnectionError)
+
+
+async def test_with_a_linger_a_request_that_finds_the_writer_idle_still_goes_at_once() -> None:
+    store = Store()
+    # An hour: were the linger paid before a lone request's flush, this would time out.
+    group, _ = _group(store, linger=3600)
+    assert await asyncio.wait_for(group.submit("a", 1), timeout=30) == "a@1"
+    assert store.batches == [{"a": 1}]
+
+
+async def test_with_a_linger_requests_right_behind_a_batch_wait_to_go_together() -> None:
+    store = Store()
+    group, _ = _group(store, linger=0.2)
+    assert await group.submit("a", 1) == "a@1"
+    behind = [asyncio.create_task(group.submit("b", 2))]
+    # Without a linger "b" would be flushed on its own in these turns of the loop.
+    for _ in range(10):
+        await asyncio.sleep(0)
+    behind += [asyncio.create_task(group.submit(key, 3)) for key in ("c", "d")]
+
+    assert await asyncio.gather(*behind) == ["b@2", "c@3", "d@3"]
+    assert store.batches == [{"a": 1}, {"b": 2, "c": 3, "d": 3}]

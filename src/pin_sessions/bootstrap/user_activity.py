@@ -18,6 +18,7 @@ def build_heartbeats(runtime: Runtime) -> Heartbeats:
         runtime.registry,
         alone_limit=max(1, options.pool_max // 2),
         alone_wait=options.acquire_timeout,
+        linger=runtime.settings.heartbeat.linger,
     )
 
 

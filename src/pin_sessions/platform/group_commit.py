@@ -4,8 +4,13 @@ A hot write that is one small statement per request is bounded by the database's
 per statement (and per commit), not by the work itself. ``GroupCommit`` runs one
 statement for many requests: the first request to arrive is flushed at once; every
 request that arrives while that flush is in flight waits and goes in the next, and so on.
-No timer: a batch is whatever arrived during the previous round trip, so a lone request
-pays no delay and a busy process batches as much as its load gives it.
+A batch is whatever arrived during the previous round trip, so a lone request pays no
+delay and a busy process batches as much as its load gives it. At a steady rate that is
+well below a closed loop's, each round trip catches only a request or two and the
+statement's cost is paid per request again; ``linger`` holds the next batch that long
+after each flush (as PostgreSQL's ``commit_delay`` or a Kafka producer's ``linger.ms``
+do), so requests that come right behind a batch go together, while one that finds the
+writer idle is still flushed at once.
 
 Each request names a key and a value; requests for one key in one batch are merged into
 one (``merge``) and all get the same answer. The flush returns an answer per key; a key it
@@ -65,12 +70,14 @@ class GroupCommit(Generic[K, V, R]):
         merge: Callable[[V, V], V],
         batch_sizes: Histogram,
         max_batch: int = MAX_BATCH,
+        linger: float = 0.0,
     ) -> None:
         self._flush = flush
         self._alone = alone
         self._merge = merge
         self._batch_sizes = batch_sizes
         self._max_batch = max_batch
+        self._linger = linger
         self._waiting: dict[K, _Waiting[V, R]] = {}
         self._flusher: asyncio.Task[None] | None = None
         # Keys being served on their own, each by its task (kept, so it is not collected).
@@ -101,6 +108,8 @@ class GroupCommit(Generic[K, V, R]):
         try:
             while batch := self._next_batch():
                 await self._run(batch)
+                if self._linger:
+                    await asyncio.sleep(self._linger)
         finally:
             self._flusher = None
 

@@ -56,7 +56,11 @@ from pin_sessions.settings.root import (
     Settings,
     load_settings,
 )
-from pin_sessions.settings.user_activity import ActivityCloserSettings, ActivityRetentionSettings
+from pin_sessions.settings.user_activity import (
+    ActivityCloserSettings,
+    ActivityRetentionSettings,
+    HeartbeatSettings,
+)
 
 __all__ = [
     "CODE_PLACEHOLDER",
@@ -75,6 +79,7 @@ __all__ = [
     "Duration",
     "Environment",
     "ExpireSessionsSettings",
+    "HeartbeatSettings",
     "HttpSettings",
     "HttpUrl",
     "IpNetwork",

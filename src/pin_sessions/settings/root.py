@@ -58,7 +58,11 @@ from pin_sessions.settings.platform import (
     RelaySettings,
     listening_url,
 )
-from pin_sessions.settings.user_activity import ActivityCloserSettings, ActivityRetentionSettings
+from pin_sessions.settings.user_activity import (
+    ActivityCloserSettings,
+    ActivityRetentionSettings,
+    HeartbeatSettings,
+)
 
 # Bytes: what the keys derived from it carry (256 bits); prod refuses less (SPEC §11).
 RECOMMENDED_SECRET_KEY_LENGTH = 32
@@ -140,6 +144,7 @@ class Settings(BaseSettings):
 
     expire_sessions: ExpireSessionsSettings = ExpireSessionsSettings()
     session_retention: SessionRetentionSettings = SessionRetentionSettings()
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
     activity_closer: ActivityCloserSettings = ActivityCloserSettings()
     activity_retention: ActivityRetentionSettings = ActivityRetentionSettings()
     signing_keys: SigningKeysSettings = SigningKeysSettings()

@@ -51,6 +51,7 @@ class Heartbeats:
         *,
         alone_limit: int,
         alone_wait: timedelta,
+        linger: timedelta,
     ) -> None:
         self._database = database
         # A locked device waits for a turn as a request waits for a pool connection.
@@ -68,7 +69,11 @@ class Heartbeats:
             registry=registry,
         )
         self._group: GroupCommit[uuid.UUID, datetime, ExtendedSession] = GroupCommit(
-            self._extend_all, alone=self._extend_one, merge=max, batch_sizes=batch_sizes
+            self._extend_all,
+            alone=self._extend_one,
+            merge=max,
+            batch_sizes=batch_sizes,
+            linger=linger.total_seconds(),
         )
 
     @property
