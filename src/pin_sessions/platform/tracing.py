@@ -5,8 +5,11 @@ the outbox rows it writes, from there into the Kafka headers, and on to the cons
 that applies the event, so one trace runs from an HTTP request to its last effect. They
 leave the process only when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set.
 
-SQL statements get spans from the asyncpg instrumentation, but only inside a trace: a
-statement with no span around it (a relay's or a bus consumer's poll, every ten times a
+SQL statements get spans from the asyncpg instrumentation when spans are exported, and
+then only inside a trace. Unexported, a statement's span is work nobody reads: on the
+routes of a few statements it was ~7 % of the API's CPU (BENCHMARKS.md, "Every hot route
+against the floor"), and the trace's context the outbox carries is the request's, not a
+statement's. A statement with no span around it (a relay's or a bus consumer's poll, every ten times a
 second; a group-committed heartbeat UPDATE) would be a trace of its own, and those
 would be most of what is exported while telling nothing.
 """
@@ -64,34 +67,40 @@ class NoLoneStatements(Sampler):
         return "NoLoneStatements"
 
 
+def exports_spans(environ: Mapping[str, str]) -> bool:
+    """Spans leave the process: an OTLP endpoint is set."""
+    return bool(environ.get(OTLP_ENDPOINT_VARIABLE))
+
+
 def build_tracer_provider(service_role: str, environ: Mapping[str, str]) -> TracerProvider:
     """A provider for one process role (``api``, ``job.expire-sessions``, ...)."""
     provider = TracerProvider(
         resource=Resource.create({"service.name": "pin-sessions", "service.role": service_role}),
         sampler=ParentBased(root=NoLoneStatements()),
     )
-    if environ.get(OTLP_ENDPOINT_VARIABLE):
+    if exports_spans(environ):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return provider
 
 
-def install_tracer_provider(provider: TracerProvider) -> None:
-    """Make ``provider`` the process-wide one, and trace SQL statements under it.
+def install_tracer_provider(provider: TracerProvider, *, trace_statements: bool) -> None:
+    """Make ``provider`` the process-wide one, and trace SQL statements under it if asked.
 
     Done once per process, by the command that runs it (or by a ``serve --workers``
     worker, which is a process of its own).
     """
     trace.set_tracer_provider(provider)
-    AsyncPGInstrumentor().instrument(tracer_provider=provider)  # type: ignore[no-untyped-call]
+    if trace_statements:
+        AsyncPGInstrumentor().instrument(tracer_provider=provider)  # type: ignore[no-untyped-call]
 
 
 @contextlib.contextmanager
 def process_tracing(service_role: str, environ: Mapping[str, str]) -> Iterator[TracerProvider]:
     """Install a provider for the life of a command; flush its spans when the command ends."""
     provider = build_tracer_provider(service_role, environ)
-    install_tracer_provider(provider)
+    install_tracer_provider(provider, trace_statements=exports_spans(environ))
     try:
         yield provider
     finally:
