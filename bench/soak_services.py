@@ -175,25 +175,29 @@ async def erasure_loop(
             candidates = [
                 device for device in world.devices.values()
                 if device.user is not None and device.tokens is not None
-                and not device.user.erased and device.user.user_id is not None
-                and device.user_agent != "soak-viewer"
+                and not device.user.erased and not device.user.erasure_pending
+                and device.user.user_id is not None and device.user_agent != "soak-viewer"
             ]  # fmt: skip
             if candidates:
                 device = world.rng.choice(candidates)
                 user = device.user
                 assert user is not None and user.user_id is not None
+                # No new sign-in of this user from now on; the ones in flight end first.
+                user.erasure_pending = True
+                await user.no_sign_in.wait()
                 if index % 2 == 0:
                     done = await _erase_by_route(world, erasures, device, user)
                 else:
                     done = await _erase_by_cli(world, erasures, user, env, log)
                 if done:
                     break
+                user.erasure_pending = False
             await asyncio.sleep(1.0)
         index += 1
 
 
 async def _erase_by_route(world: World, erasures: Erasures, device: Device, user: User) -> bool:
-    fresh: Tokens | None = await sign_in(world, device, user)  # a token issued just now
+    fresh: Tokens | None = await sign_in(world, device, user, for_erasure=True)  # issued now
     if fresh is None:
         return False
     device.tokens = fresh

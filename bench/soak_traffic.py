@@ -57,12 +57,24 @@ class Tokens:
     refreshing: bool = False
 
 
+def _set_event() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
+
+
 @dataclass
 class User:
     phone: str
     user_id: str | None = None
     sign_ins: list[float] = field(default_factory=list)
     erasing_since: float | None = None  # run time its erasure was asked for
+    # Chosen for an erasure: no sign-in starts but the erasure's own. A sign-in whose request
+    # lands after the erasure is a new sign-up under the same phone, which SPEC §10 allows and
+    # the books could not tell from a trace the erasure missed.
+    erasure_pending: bool = False
+    signing_in: int = 0  # sign-ins in flight
+    no_sign_in: asyncio.Event = field(default_factory=_set_event)  # set while signing_in == 0
 
     @property
     def erased(self) -> bool:
@@ -185,8 +197,24 @@ class World:
 # --- identity ----------------------------------------------------------------------------
 
 
-async def sign_in(world: World, device: Device, user: User) -> Tokens | None:
-    """Ask for a code, read it from the SMS webhook, confirm it on ``device``."""
+async def sign_in(
+    world: World, device: Device, user: User, *, for_erasure: bool = False
+) -> Tokens | None:
+    """Ask for a code, read it from the SMS webhook, confirm it on ``device``; None when it
+    failed, or when ``user`` is being erased (unless this is the erasure's own sign-in)."""
+    if (user.erased or user.erasure_pending) and not for_erasure:
+        return None
+    user.signing_in += 1
+    user.no_sign_in.clear()
+    try:
+        return await _sign_in(world, device, user)
+    finally:
+        user.signing_in -= 1
+        if not user.signing_in:
+            user.no_sign_in.set()
+
+
+async def _sign_in(world: World, device: Device, user: User) -> Tokens | None:
     wire = world.wire
     try:
         asked = await wire.call(
@@ -279,7 +307,7 @@ def pick_user(world: World, device: Device) -> User:
     now = world.recorder.now()
     known = [
         user for user in world.users
-        if not user.erased and user.user_id is not None
+        if not user.erased and not user.erasure_pending and user.user_id is not None
         and sum(1 for at in user.sign_ins if now - at < 900) < 4
     ]  # fmt: skip
     if known and world.rng.random() < 0.25:
