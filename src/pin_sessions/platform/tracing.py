@@ -7,11 +7,11 @@ leave the process only when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set.
 
 SQL statements get spans from the asyncpg instrumentation when spans are exported, and
 then only inside a trace. Unexported, a statement's span is work nobody reads: on the
-routes of a few statements it was ~7 % of the API's CPU (BENCHMARKS.md, "Every hot route
+routes of a few statements it was 5 to 20 % of the API's CPU (BENCHMARKS.md, "Every hot route
 against the floor"), and the trace's context the outbox carries is the request's, not a
-statement's. A statement with no span around it (a relay's or a bus consumer's poll, every ten times a
-second; a group-committed heartbeat UPDATE) would be a trace of its own, and those
-would be most of what is exported while telling nothing.
+statement's. A statement with no span around it (a relay's or a bus consumer's poll,
+every ten times a second; a group-committed heartbeat UPDATE) would be a trace of its own,
+and those would be most of what is exported while telling nothing.
 """
 
 from __future__ import annotations
