@@ -16,7 +16,7 @@ from pin_sessions.settings.base import (
 class HeartbeatSettings(Group):
     # How long the group-committed UPDATE waits after each batch for the heartbeats right
     # behind it; 0: none. At a steady 3,000/s on one process, 2 ms took the API's CPU per
-    # heartbeat from 230 to 149 µs and PostgreSQL's from 108 to 51 µs, for 2 ms more at the
+    # heartbeat from 232 to 151 µs and PostgreSQL's from 108 to 54 µs, for 2 ms more at the
     # median (BENCHMARKS.md, "A linger for the group commit"). A device alone waits nothing.
     linger: NonNegativeDuration = timedelta(milliseconds=2)
 
