@@ -5,6 +5,10 @@ and ``synchronous_commit`` off (a crash of it loses nothing anyone keeps), set h
 SYSTEM`` on the server this module started, never by ``pin-sessions up``'s code, whose embedded
 server keeps PostgreSQL's durable defaults.
 
+A clone copies the template's files (``STRATEGY FILE_COPY``) rather than writing each of its
+blocks to the WAL, PostgreSQL's default since 15: 6 ms of the server's CPU against 69 ms here,
+for the two checkpoints it asks, which cost nothing on a server without ``fsync``.
+
 Each clone is made as its test starts and dropped as it ends, never in the background:
 ``CREATE`` and ``DROP DATABASE`` hold a transaction id, and the built-in bus reads only below
 the server-wide snapshot xmin, so a clone made during a test would hide its new outbox rows.
@@ -98,8 +102,11 @@ class DatabaseFactory:
         )
         self._thread.start()
         self._conn: asyncpg.Connection | None = None
+        self._strategy = ""
 
     def prepare_template(self) -> None:
+        if int(self._run(self._fetchval("show server_version_num"))) >= 150000:
+            self._strategy = " strategy file_copy"  # an older server copies files anyway
         self._execute(f'create database "{self.template}"')
 
         async def apply() -> None:
@@ -114,7 +121,7 @@ class DatabaseFactory:
     def create(self, *, migrated: bool = True) -> str:
         name = f"pin_test_{uuid.uuid4().hex[:16]}"
         source = f' template "{self.template}"' if migrated else ""
-        self._execute(f'create database "{name}"{source}')
+        self._execute(f'create database "{name}"{source}{self._strategy}')
         return with_database(self.admin_dsn, name)
 
     def drop(self, dsn: str) -> None:
@@ -134,11 +141,17 @@ class DatabaseFactory:
 
     def _execute(self, statement: str) -> None:
         async def execute() -> None:
-            if self._conn is None or self._conn.is_closed():
-                self._conn = await asyncpg.connect(self.admin_dsn)
-            await self._conn.execute(statement)
+            await (await self._admin()).execute(statement)
 
         self._run(execute())
+
+    async def _fetchval(self, query: str) -> Any:
+        return await (await self._admin()).fetchval(query)
+
+    async def _admin(self) -> asyncpg.Connection:
+        if self._conn is None or self._conn.is_closed():
+            self._conn = await asyncpg.connect(self.admin_dsn)
+        return self._conn
 
     def _run(self, work: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result(STATEMENT_WAIT_SECONDS)
