@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -19,11 +20,37 @@ from tests.support.waiting import wait_until_sync
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
+# Ports below the kernel's ephemeral range (32768-60999 by default), a slice per test process.
+# Binding port 0 and closing may hand out the same port twice in a row, or one that another test
+# process was just handed, before either is listening: a Kafka node once got one port for two
+# listeners. The kernel never picks these for port 0 or an outgoing connection, the slices keep
+# the processes apart, and a process walks its own slice without handing any port out twice.
+_PORT_SLICE = 1000
+_PORT_SLICES = range(20000, 32000, _PORT_SLICE)
+
+
+def _port_candidates() -> Iterator[int]:
+    # pytest-xdist names its processes gw0, gw1, ...; any other process takes the last slice.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else -1
+    start = _PORT_SLICES[index % len(_PORT_SLICES)]
+    return itertools.cycle(range(start, start + _PORT_SLICE))
+
+
+_candidates = _port_candidates()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback port free now, and not handed out before by this process or another's slice."""
+    for _ in range(_PORT_SLICE):
+        port = next(_candidates)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # held by something outside the suite
+            return port
+    raise RuntimeError("no free loopback port in this test process's slice")
 
 
 def pin_sessions(
