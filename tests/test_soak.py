@@ -79,6 +79,7 @@ def soak_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
 
 
 @pytest.mark.soak
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_a_minute_of_production_traffic_under_faults_keeps_its_slos_and_its_books(
     soak_run: tuple[subprocess.Popen[str], Path],

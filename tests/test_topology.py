@@ -32,6 +32,7 @@ def kafka_cluster() -> Iterator[KafkaCluster]:
         cluster.stop()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("bus", ["postgres", "kafka"])
 async def test_two_of_every_role_under_kills_and_broker_failover_lose_and_repeat_nothing(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import fcntl
+import hashlib
 import os
 import shutil
 import signal
@@ -327,17 +328,28 @@ def class_archive() -> Path | None:
     JVMs of later starts map those classes instead of loading them, about a third of a
     node's start-up CPU. None when the JVM could not make one (they start without)."""
     folder = kafka_dist.distribution()
-    archive = folder / "broker.jsa"
+    # One per JVM build as well: the folder outlives a checkout, and a JVM other than the one
+    # that wrote an archive does not map it.
+    archive = folder / f"broker-{_java_build()}.jsa"
+    failed = archive.with_suffix(".failed")
     if archive.exists():
         return archive
     with (folder / "archive.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not archive.exists() and not (folder / "broker.jsa.failed").exists():
-            _dump_class_archive(archive)
+        if not archive.exists() and not failed.exists():
+            _dump_class_archive(archive, failed)
     return archive if archive.exists() else None
 
 
-def _dump_class_archive(archive: Path) -> None:
+def _java_build() -> str:
+    """A digest of the ``java`` on PATH: where it is and its JDK's ``release`` file."""
+    java = Path(shutil.which("java") or "java").resolve()
+    release = java.parents[1] / "release"
+    identity = f"{java}\n{release.read_text() if release.is_file() else ''}"
+    return hashlib.sha256(identity.encode()).hexdigest()[:12]
+
+
+def _dump_class_archive(archive: Path, failed: Path) -> None:
     """Start one node with ``-XX:ArchiveClassesAtExit``, stop it cleanly once it serves."""
     partial = archive.with_suffix(".partial")
     cluster = KafkaCluster(
@@ -351,7 +363,7 @@ def _dump_class_archive(archive: Path) -> None:
         node.process.terminate()  # the archive is written at a normal exit only
         node.process.wait(timeout=60)
     except Exception as exc:  # an optimisation: a node starts without it as well
-        (archive.parent / "broker.jsa.failed").write_text(f"{exc}\n")
+        failed.write_text(f"{exc}\n")
     finally:
         cluster.stop()
     if partial.exists():

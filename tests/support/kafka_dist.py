@@ -2,10 +2,13 @@
 
 ``tests/kafka-broker/pom.xml`` pins the broker (``org.apache.kafka:kafka_2.13``) and the
 plugin that copies it; ``mvn dependency:copy-dependencies`` puts the jars in
-``.cache/kafka-broker/<version>-<digest of the pom>/libs`` inside the checkout (ignored by
-git). The folder is complete only once ``complete`` exists in it, so a fetch cut short is
-made again; a file lock lets two test processes starting at once fetch it once. After the
-first fetch nothing reaches the network: the jars are read from the folder.
+``pin-sessions/kafka-broker/<version>-<digest of the pom>/libs`` under the user's cache
+directory (``$XDG_CACHE_HOME``, else ``~/.cache``), as pip and Maven keep theirs: a fresh
+clone on the same machine finds them there (a fetch and a class archive cost 6 s of every
+``make test``), and a changed pom is another folder. The folder is complete only once
+``complete`` exists in it, so a fetch cut short is made again; a file lock lets two test
+processes starting at once fetch it once. After the first fetch nothing reaches the network:
+the jars are read from the folder.
 
 ``python -m tests.support.kafka_dist`` fetches (``make test`` does it before pytest), prints
 the folder, and makes the class archive the nodes start with.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +29,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 BUILD_DIR = PROJECT_ROOT / "tests" / "kafka-broker"
 POM = BUILD_DIR / "pom.xml"
 LOG_CONFIG = BUILD_DIR / "log4j2.properties"
-CACHE = PROJECT_ROOT / ".cache" / "kafka-broker"
+USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+CACHE = USER_CACHE / "pin-sessions" / "kafka-broker"
 FETCH_TIMEOUT_SECONDS = 600
 _MAVEN = "{http://maven.apache.org/POM/4.0.0}"
 
