@@ -190,7 +190,13 @@ async def test_closing_the_page_sends_its_last_heartbeat_across_origins_with_kee
 
     await page.close(run_before_unload=True)
 
-    async def extended() -> bool:
+    labels = {"method": "POST", "route": HEARTBEAT, "status": "200"}
+
+    async def extended_and_answered() -> bool:
+        # The row is extended before the answer is counted: wait for both, or the count
+        # may be read in between.
+        if registry.get_sample_value("pin_http_requests_total", labels) is None:
+            return False
         async with runtime.database.connection() as conn:
             last = await conn.fetchval(
                 "select last_activity_at from user_activity.sessions"
@@ -199,8 +205,7 @@ async def test_closing_the_page_sends_its_last_heartbeat_across_origins_with_kee
             )
         return bool(last == clock.now())
 
-    await wait_until(extended, timeout=20)
-    labels = {"method": "POST", "route": HEARTBEAT, "status": "200"}
+    await wait_until(extended_and_answered, timeout=20)
     assert registry.get_sample_value("pin_http_requests_total", labels) == 1
 
 
