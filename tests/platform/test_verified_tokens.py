@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from prometheus_client import CollectorRegistry
 
-from pin_sessions.bootstrap.identity import build_signing_key_operations
+from pin_sessions.bootstrap.keys import build_signing_key_operations
 from pin_sessions.identity.keys import PublishedKeys
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.key_set import REFRESH_AFTER, KeySet

@@ -11,7 +11,8 @@ import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from pin_sessions.bootstrap.identity import build_key_cipher, build_token_signer
+from pin_sessions.bootstrap.identity import build_token_signer
+from pin_sessions.bootstrap.keys import build_key_cipher
 from pin_sessions.identity import repository
 from pin_sessions.identity.keys import KeyCipher
 from pin_sessions.identity.signing import TokenSigner

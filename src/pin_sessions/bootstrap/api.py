@@ -5,7 +5,12 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap.database import build_reads, call_bound
-from pin_sessions.bootstrap.identity import build_identity_services, build_key_set
+from pin_sessions.bootstrap.identity import (
+    build_dev_codes,
+    build_identity_operations,
+    build_key_set,
+    build_oauth_server,
+)
 from pin_sessions.bootstrap.user_activity import build_user_activity_services
 from pin_sessions.dev_stats import http as dev_stats_http
 from pin_sessions.identity import http as identity_http
@@ -13,6 +18,8 @@ from pin_sessions.identity import oauth_http
 from pin_sessions.identity.clients import DisabledClients
 from pin_sessions.identity.liveness import RefreshSessionLiveness
 from pin_sessions.identity.oauth import TOKEN_PATH
+from pin_sessions.identity.services import IdentityServices
+from pin_sessions.identity.user_data import UserData
 from pin_sessions.platform.auth import Authenticator
 from pin_sessions.platform.http.app import create_http_app
 from pin_sessions.platform.http.fast_path import ServiceApp
@@ -60,6 +67,17 @@ def build_http_services(runtime: Runtime, key_set: KeySet | None = None) -> Http
         authenticator=build_authenticator(runtime, key_set, clients),
         trusted_proxies=runtime.settings.trusted_proxies,
         refreshed=(key_set, clients, *replica),
+    )
+
+
+def build_identity_services(runtime: Runtime, key_set: KeySet) -> IdentityServices:
+    """What identity's routes use: its use cases, the OAuth server and the key set."""
+    return IdentityServices(
+        operations=build_identity_operations(runtime),
+        user_data=UserData(runtime.database),
+        oauth=build_oauth_server(runtime, key_set),
+        key_set=key_set,
+        dev_codes=build_dev_codes(runtime),
     )
 
 

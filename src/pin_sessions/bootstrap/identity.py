@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 from pin_sessions.bootstrap.database import call_bound
+from pin_sessions.bootstrap.keys import build_key_cipher
 from pin_sessions.identity.client_authentication import ClientAuthentication
 from pin_sessions.identity.clients import ServiceClients
 from pin_sessions.identity.codes import DEV_CODE_KEY_PURPOSE, DevCodes
 from pin_sessions.identity.domain import SignInLimits
-from pin_sessions.identity.keys import KeyCipher, PublishedKeys, SigningKeyOperations
+from pin_sessions.identity.keys import PublishedKeys
 from pin_sessions.identity.liveness import RefreshSessionLiveness
 from pin_sessions.identity.oauth import OAuthServer
 from pin_sessions.identity.operations import IdentityOperations, random_code
-from pin_sessions.identity.services import IdentityServices
 from pin_sessions.identity.signing import TokenSigner
-from pin_sessions.identity.sms import build_code_sender
-from pin_sessions.identity.user_data import UserData
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.tokens import TokenVerifier
-
-
-def build_key_cipher(runtime: Runtime) -> KeyCipher:
-    """Seals and opens the signing keys' private halves under a key of the master secret."""
-    return KeyCipher(runtime.secrets)
 
 
 def build_token_signer(runtime: Runtime) -> TokenSigner:
@@ -59,13 +52,13 @@ def build_oauth_server(runtime: Runtime, key_set: KeySet) -> OAuthServer:
     )
 
 
-def build_signing_key_operations(runtime: Runtime) -> SigningKeyOperations:
-    return SigningKeyOperations(runtime.database, build_key_cipher(runtime))
-
-
 def build_identity_operations(runtime: Runtime) -> IdentityOperations:
     """Identity's use cases; codes go out through ``PIN_SMS__PROVIDER`` within the sign-in
     limits and, with PIN_DEV_CODES=1, are derivable."""
+    # The SMS gateways' HTTP client (httpx), imported only by the processes that send codes:
+    # the jobs and consumers build keys and tokens from this module too.
+    from pin_sessions.identity.sms import build_code_sender
+
     dev_codes = build_dev_codes(runtime)
     settings = runtime.settings
     return IdentityOperations(
@@ -84,14 +77,3 @@ def build_dev_codes(runtime: Runtime) -> DevCodes | None:
     if not runtime.settings.dev_codes:
         return None
     return DevCodes(runtime.database, runtime.secrets.derived_key(DEV_CODE_KEY_PURPOSE))
-
-
-def build_identity_services(runtime: Runtime, key_set: KeySet) -> IdentityServices:
-    """What identity's routes use: its use cases, the OAuth server and the key set."""
-    return IdentityServices(
-        operations=build_identity_operations(runtime),
-        user_data=UserData(runtime.database),
-        oauth=build_oauth_server(runtime, key_set),
-        key_set=key_set,
-        dev_codes=build_dev_codes(runtime),
-    )

@@ -6,7 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import TypeVar
 
-from pin_sessions.bootstrap.identity import build_key_cipher
+from pin_sessions.bootstrap.keys import build_key_cipher
 from pin_sessions.identity.jobs import expire_sessions, session_retention, signing_keys
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.jobs import Job, PollingWorker

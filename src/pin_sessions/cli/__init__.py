@@ -20,9 +20,9 @@ from pin_sessions.platform.embedded import (
     RuntimeDirRefused,
     private_runtime_dir,
 )
+from pin_sessions.platform.listening import CannotListen
 from pin_sessions.platform.messaging.kafka import ClientOptionsRejected, check_client_options
 from pin_sessions.platform.process import RoleCannotRun
-from pin_sessions.platform.serving import CannotListen
 from pin_sessions.settings import (
     RECOMMENDED_SECRET_KEY_LENGTH,
     Settings,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pin_sessions.bootstrap.identity import build_signing_key_operations
+from pin_sessions.bootstrap.keys import build_signing_key_operations
 from pin_sessions.cli.common import run_one_shot
 
 if TYPE_CHECKING:

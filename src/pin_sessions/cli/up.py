@@ -31,7 +31,6 @@ from pin_sessions.cli.common import add_metrics_port, metrics_endpoint, print_ba
 from pin_sessions.cli.serve import (
     add_address_arguments,
     api_metrics_port,
-    api_role,
     api_urls,
     bind_api,
     stop_grace_seconds,
@@ -117,6 +116,8 @@ async def _run_up(
     *,
     banner: bool,
 ) -> None:
+    from pin_sessions.cli.api import api_role  # the HTTP stack, only where it serves (serve.run)
+
     stop = asyncio.Event()
     install_stop_signals(stop)
     await runtime.database.open()

@@ -24,11 +24,12 @@ from pin_sessions.identity.errors import (
 )
 from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.platform import outbox
-from pin_sessions.platform.auth import SessionNotActive, UserPrincipal
+from pin_sessions.platform.auth_errors import SessionNotActive
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.devices import truncate_user_agent
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.secrets import ServerSecrets
+from pin_sessions.platform.tokens import UserPrincipal
 
 CODE_KEY_PURPOSE = "sign-in-code"
 SUCCESSOR_KEY_PURPOSE = "refresh-successor"

@@ -23,10 +23,10 @@ from pin_sessions.identity import devices, events, repository
 from pin_sessions.identity.domain import RevokedReason
 from pin_sessions.identity.errors import RecentSignInRequired, UnknownPhoneNumber, UserErased
 from pin_sessions.platform import outbox
-from pin_sessions.platform.auth import UserPrincipal
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.errors import ServiceUnavailable
 from pin_sessions.platform.logging import mask_ip
+from pin_sessions.platform.tokens import UserPrincipal
 
 log = structlog.get_logger(__name__)
 

@@ -22,8 +22,16 @@ from typing import Protocol
 
 from fastapi import Request
 
+from pin_sessions.platform.auth_errors import (
+    AuthenticationRequired,
+    ClientDisabled,
+    MissingPermission,
+    MissingScope,
+    SessionNotActive,
+    UserTokenRequired,
+    WrongTokenKind,
+)
 from pin_sessions.platform.clock import Clock
-from pin_sessions.platform.errors import Forbidden, Unauthorized
 from pin_sessions.platform.http.headers import OWS, single_header
 from pin_sessions.platform.tokens import (
     InvalidToken,
@@ -48,47 +56,6 @@ __all__ = [
     "UserTokenRequired",
     "WrongTokenKind",
 ]
-
-
-class AuthenticationRequired(Unauthorized):
-    code = "AUTH_REQUIRED"
-    title = "Authentication required"
-
-
-class SessionNotActive(Unauthorized):
-    code = "AUTH_SESSION_NOT_ACTIVE"
-    title = "The session of this token is no longer active"
-
-
-class ClientDisabled(Unauthorized):
-    """An m2m token of a client an operator disabled: refused within 30 s of the change."""
-
-    code = "AUTH_CLIENT_DISABLED"
-    title = "The client of this token is disabled"
-
-
-class UserTokenRequired(Unauthorized):
-    """An m2m token where a user acts: no user is authenticated, hence 401 (SPEC §4)."""
-
-    code = "AUTH_USER_TOKEN_REQUIRED"
-    title = "A user's access token is required"
-
-
-class WrongTokenKind(Forbidden):
-    """A user's token on an internal API: authenticated, but not as a service."""
-
-    code = "AUTH_WRONG_TOKEN_KIND"
-    title = "This kind of token is not accepted here"
-
-
-class MissingScope(Forbidden):
-    code = "AUTH_MISSING_SCOPE"
-    title = "The token lacks the required scope"
-
-
-class MissingPermission(Forbidden):
-    code = "AUTH_MISSING_PERMISSION"
-    title = "The user lacks the required permission"
 
 
 class SessionLiveness(Protocol):

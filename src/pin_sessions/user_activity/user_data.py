@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from pin_sessions.platform.auth import SessionNotActive
+from pin_sessions.platform.auth_errors import SessionNotActive
 from pin_sessions.platform.batching import in_transaction, until_short
 from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.logging import mask_ip
