@@ -53,7 +53,11 @@ kafka-broker: $(STAMP)
 PYTEST_DEBUG_TEMPROOT ?= $(if $(wildcard /dev/shm/.),/dev/shm,)
 export PYTEST_DEBUG_TEMPROOT
 
+# The project's own modules compiled as uv compiles the dependencies: where bytecode is never
+# written (PYTHONDONTWRITEBYTECODE) each of the suite's ~150 processes compiled them again,
+# 0.08 s of every API process's start. Only changed files are compiled again.
 test: $(STAMP) $(JS_STAMP) kafka-broker
+	$(BIN)/python -m compileall -q src tests bench
 	$(BIN)/pytest
 
 lint: $(STAMP)
