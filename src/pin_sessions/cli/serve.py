@@ -99,7 +99,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     settings, sock = bind_api(settings, args)
     # The API's stack is imported by the two commands that serve it, this one and `up`:
     # every role's process starts through this package, and a job or a consumer that
-    # imported FastAPI, uvicorn and httpx too spent 0.3 s of CPU on them at each start.
+    # imported FastAPI, uvicorn and httpx too spent 0.23 s of CPU on them at each start.
     from pin_sessions.cli import api
 
     with contextlib.closing(sock), database_endpoint(settings) as dsn:
