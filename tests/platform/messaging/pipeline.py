@@ -139,10 +139,20 @@ class Pipeline:
             retry_delay_seconds=0.01,
         )
 
-    def consumer(self, handler: Handler, *, max_attempts: int = 3) -> Role:
+    def consumer(
+        self, handler: Handler, *, max_attempts: int = 3, client_debug: str | None = None
+    ) -> Role:
+        """``client_debug``: librdkafka's ``debug`` contexts, logged to stderr (which pytest
+        shows when the test fails)."""
         runner = self.runner(handler, max_attempts=max_attempts)
         if self.kind == KAFKA:
-            return KafkaConsumer(runner, self.bootstrap, self.metrics, session_timeout_ms=6000)
+            return KafkaConsumer(
+                runner,
+                self.bootstrap,
+                self.metrics,
+                session_timeout_ms=6000,
+                options={"debug": client_debug} if client_debug else None,
+            )
         return PostgresBusConsumer(
             runner, self.consumer_database, self.runtime.clock, self.metrics, idle_seconds=0.02
         )
@@ -161,9 +171,16 @@ class Pipeline:
         for role in roles:
             self.tasks.append(asyncio.create_task(role.run(self.stop), name=role.name))
 
-    def start_consumers(self, *handlers: Handler, max_attempts: int = 3) -> None:
+    def start_consumers(
+        self, *handlers: Handler, max_attempts: int = 3, client_debug: str | None = None
+    ) -> None:
         """The handlers' consumers, and on Kafka the relay that feeds them."""
-        self.start(*(self.consumer(handler, max_attempts=max_attempts) for handler in handlers))
+        self.start(
+            *(
+                self.consumer(handler, max_attempts=max_attempts, client_debug=client_debug)
+                for handler in handlers
+            )
+        )
         if self.kind == KAFKA:
             self.start(self.relay())
 
@@ -188,6 +205,16 @@ class Pipeline:
             else:
                 assert self.proxy is not None
                 self.proxy.restore()
+
+    def print_group_log(self, group: str) -> None:
+        """The broker's log lines on ``group`` (its coordinator's joins, rebalances and
+        expirations), printed for a failed test's report."""
+        if self.broker is None:
+            return
+        for node in self.broker.nodes:
+            if node.log.exists():
+                lines = node.log.read_text(errors="replace").splitlines()
+                print(*(line for line in lines if group in line), sep="\n")
 
     async def applied(self, consumer: str) -> list[tuple[str, int, uuid.UUID]]:
         async with self.runtime.database.connection() as conn:

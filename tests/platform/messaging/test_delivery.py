@@ -148,7 +148,10 @@ async def test_a_row_whose_transaction_commits_after_a_later_numbered_one_is_del
 
 async def test_nothing_is_lost_while_the_bus_is_away_for_ten_seconds(pipeline: Pipeline) -> None:
     topic, name = pipeline.topic(), pipeline.consumer_name()
-    pipeline.start_consumers(RecordingHandler(name, topic))
+    # The group's side of an open flake: once in about ten runs of the whole suite, the
+    # consumer, its session timed out during the freeze, rejoined and was not assigned within
+    # 90 s. librdkafka's group debug and the coordinator's lines say what it waited for.
+    pipeline.start_consumers(RecordingHandler(name, topic), client_debug="cgrp")
     await _write(pipeline.runtime, [(topic, uuid.uuid4(), i) for i in range(50)])
 
     async def first_half() -> bool:
@@ -163,7 +166,11 @@ async def test_nothing_is_lost_while_the_bus_is_away_for_ten_seconds(pipeline: P
     async def all_applied() -> bool:
         return len(await pipeline.applied(name)) >= 100
 
-    await eventually(all_applied, tasks=pipeline.tasks)
+    try:
+        await eventually(all_applied, tasks=pipeline.tasks)
+    except AssertionError:
+        pipeline.print_group_log(name)
+        raise
     assert sorted(seq for _, seq, _ in await pipeline.applied(name)) == list(range(100))
     if pipeline.kind == KAFKA:
         assert await _unsent(pipeline.runtime) == 0
