@@ -31,7 +31,7 @@ from pin_sessions.identity.schemas import (
 )
 from pin_sessions.identity.services import IdentityDep
 from pin_sessions.identity.user_data import UserData
-from pin_sessions.platform.auth import SessionNotActive
+from pin_sessions.platform.auth_errors import SessionNotActive
 from pin_sessions.platform.http.anonymous_id import OptionalDevice, anonymous_id_parameter
 from pin_sessions.platform.http.dependencies import (
     ClaimedUser,

@@ -41,20 +41,14 @@ from pin_sessions.platform.tokens import (
     UserPrincipal,
 )
 
+# The refusals it raises have one home, auth_errors: they are imported from there.
 __all__ = [
-    "AuthenticationRequired",
     "Authenticator",
-    "ClientDisabled",
     "ClientStatus",
     "InvalidToken",
     "MachinePrincipal",
-    "MissingPermission",
-    "MissingScope",
     "SessionLiveness",
-    "SessionNotActive",
     "UserPrincipal",
-    "UserTokenRequired",
-    "WrongTokenKind",
 ]
 
 

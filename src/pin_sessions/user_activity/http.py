@@ -19,7 +19,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
-from pin_sessions.platform.auth import AuthenticationRequired, UserPrincipal
+from pin_sessions.platform.auth import UserPrincipal
+from pin_sessions.platform.auth_errors import AuthenticationRequired
 from pin_sessions.platform.http.anonymous_id import (
     OptionalDevice,
     RequiredDevice,

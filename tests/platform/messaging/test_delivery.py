@@ -148,7 +148,7 @@ async def test_a_row_whose_transaction_commits_after_a_later_numbered_one_is_del
 
 async def test_nothing_is_lost_while_the_bus_is_away_for_ten_seconds(pipeline: Pipeline) -> None:
     topic, name = pipeline.topic(), pipeline.consumer_name()
-    # The group's side of an open flake: once in about ten runs of the whole suite, the
+    # The group's side of an open flake: once in about twenty runs of the whole suite, the
     # consumer, its session timed out during the freeze, rejoined and was not assigned within
     # 90 s. librdkafka's group debug and the coordinator's lines say what it waited for.
     pipeline.start_consumers(RecordingHandler(name, topic), client_debug="cgrp")

@@ -15,7 +15,8 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from pin_sessions.platform.auth import AuthenticationRequired, MachinePrincipal, UserPrincipal
+from pin_sessions.platform.auth import MachinePrincipal, UserPrincipal
+from pin_sessions.platform.auth_errors import AuthenticationRequired
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.http.client_address import request_client_ip
 from pin_sessions.platform.http.security_schemes import (
