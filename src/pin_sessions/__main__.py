@@ -1,3 +1,3 @@
-from pin_sessions.cli import main
+from pin_sessions.program import main
 
 raise SystemExit(main())
