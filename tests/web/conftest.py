@@ -1,7 +1,11 @@
 """Real headless Chromium against the live API, driven by Playwright.
 
-The browser is the system's Chromium (Debian's ``chromium`` package; ``.ci/run`` installs it),
-never a browser Playwright downloads. A missing browser fails these tests: it never skips them.
+The browser is the system's Chromium, never one Playwright downloads: Debian's
+``chromium-headless-shell`` (``.ci/run`` installs it): the same Blink and V8 without the
+browser's own layer (its windows, profiles, extensions), what Playwright itself runs for
+headless tests; the whole browser (``chromium``) when only that is installed. The shell spent
+45 to 49 s of CPU on ``tests/web`` where the whole browser spent 74 s (BENCHMARKS.md, "The
+test suite"). A missing browser fails these tests: it never skips them.
 """
 
 from __future__ import annotations
@@ -27,7 +31,11 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+CHROMIUM_CANDIDATES = (
+    "/usr/bin/chromium-headless-shell",
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+)
 
 
 @pytest.fixture
@@ -45,16 +53,25 @@ async def http(api_url: str) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    """The Chromium to drive: ``PIN_TEST_CHROMIUM``, else the system package."""
+    """The Chromium to drive: ``PIN_TEST_CHROMIUM``, else the first system package found."""
     explicit = os.environ.get("PIN_TEST_CHROMIUM")
-    candidates = [explicit] if explicit else [*CHROMIUM_CANDIDATES, shutil.which("chromium")]
+    candidates = (
+        [explicit]
+        if explicit
+        else [
+            *CHROMIUM_CANDIDATES,
+            shutil.which("chromium-headless-shell"),
+            shutil.which("chromium"),
+        ]
+    )
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             return candidate
     pytest.fail(
         "The browser tests need Chromium and none was found "
         f"(looked for {explicit or ', '.join(CHROMIUM_CANDIDATES)}). "
-        "Install it with `apt-get install -y chromium`, or set PIN_TEST_CHROMIUM to its path.",
+        "Install it with `apt-get install -y chromium-headless-shell`, "
+        "or set PIN_TEST_CHROMIUM to a Chromium's path.",
         pytrace=False,
     )
 
