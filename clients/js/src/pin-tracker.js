@@ -549,7 +549,10 @@ export class Tracker {
 
   #listen() {
     if (this.#listeners.length) return;
-    const interacted = () => {
+    const interacted = (event) => {
+      // Chromium sends a trusted mousemove that moved nothing when the page lays out under
+      // a resting pointer (seen at load, at 0,0): the page's doing, not the person's.
+      if (event.type === "mousemove" && !event.movementX && !event.movementY) return;
       this.#lastInteractionAt = this.#now();
     };
     for (const type of INTERACTION_EVENTS) {

@@ -387,6 +387,23 @@ test("a clock set back never makes an idle page send heartbeats", async () => {
   assert.equal(escaped, 0);
 });
 
+test("a mousemove that moved nothing is not use; one that moved is", async () => {
+  // Chromium sends the first kind when a page lays out under a resting pointer.
+  const h = harness([]);
+  const clock = 1_000;
+  const page = h.make({
+    autoStart: true, now: () => clock, heartbeatIntervalMs: 10, interactionWindowMs: 1000,
+  });
+  await until(() => page.sessionId);
+  h.win.dispatchEvent(Object.assign(new Event("mousemove"), { movementX: 0, movementY: 0 }));
+  const ticks = page.stats.ticks;
+  await until(() => page.stats.ticks >= ticks + 5);
+  assert.equal(page.stats.heartbeats, 0);
+  h.win.dispatchEvent(Object.assign(new Event("mousemove"), { movementX: 0, movementY: -3 }));
+  await until(() => page.stats.heartbeats >= 1);
+  assert.equal(escaped, 0);
+});
+
 test("data JSON cannot carry is refused at once without a page error", async () => {
   const h = harness([]);
   const cycle = {};
