@@ -1,6 +1,6 @@
 """A job's, a consumer's or the relay's process never imports the HTTP stack.
 
-Every role's process starts through ``pin_sessions.cli``; FastAPI, uvicorn and httpx were
+Every role's process imports ``pin_sessions.cli`` as it starts; FastAPI, uvicorn and httpx were
 0.23 s of the 0.64 s of CPU a worker's imports took, paid at every start of every job,
 consumer and relay. Only ``serve`` and ``up`` import the server's stack (``cli/api.py``),
 and httpx is imported where codes are sent. A fresh interpreter: this one has imported

@@ -551,8 +551,9 @@ export class Tracker {
     if (this.#listeners.length) return;
     const interacted = (event) => {
       // Chromium sends a trusted mousemove that moved nothing when the page lays out under
-      // a resting pointer (seen at load, at 0,0): the page's doing, not the person's.
-      if (event.type === "mousemove" && !event.movementX && !event.movementY) return;
+      // a resting pointer (seen at load, at 0,0): the page's doing, not the person's. A
+      // browser that reports no movement at all (no movementX) still counts every mousemove.
+      if (event.type === "mousemove" && event.movementX === 0 && event.movementY === 0) return;
       this.#lastInteractionAt = this.#now();
     };
     for (const type of INTERACTION_EVENTS) {

@@ -404,6 +404,17 @@ test("a mousemove that moved nothing is not use; one that moved is", async () =>
   assert.equal(escaped, 0);
 });
 
+test("where the browser reports no movement at all, every mousemove is use", async () => {
+  const h = harness([]);
+  const page = h.make({
+    autoStart: true, now: () => 1_000, heartbeatIntervalMs: 10, interactionWindowMs: 1000,
+  });
+  await until(() => page.sessionId);
+  h.win.dispatchEvent(new Event("mousemove")); // no movementX, no movementY
+  await until(() => page.stats.heartbeats >= 1);
+  assert.equal(escaped, 0);
+});
+
 test("data JSON cannot carry is refused at once without a page error", async () => {
   const h = harness([]);
   const cycle = {};
