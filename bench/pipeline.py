@@ -53,6 +53,7 @@ from pin_sessions.platform.messaging.runner import ConsumerRunner
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.outbox import IntegrationEvent, append_all
 from pin_sessions.platform.process import Role
+from pin_sessions.user_activity.domain import EndedSession
 from pin_sessions.user_activity.events import session_ended
 
 TICK_SECONDS = 0.01
@@ -61,12 +62,14 @@ TICK_SECONDS = 0.01
 def _event(now: datetime) -> IntegrationEvent:
     """A session-ended event exactly as user-activity writes it."""
     return session_ended(
-        session_id=uuid.uuid4(),
-        anonymous_id=uuid.uuid4(),
-        user_id=None,
-        created_at=now - timedelta(minutes=20),
-        last_activity_at=now - timedelta(minutes=15),
-        duration=timedelta(minutes=5),
+        EndedSession(
+            id=uuid.uuid4(),
+            anonymous_id=uuid.uuid4(),
+            user_id=None,
+            created_at=now - timedelta(minutes=20),
+            last_activity_at=now - timedelta(minutes=15),
+            duration=timedelta(minutes=5),
+        )
     )
 
 

@@ -249,20 +249,20 @@ where e.topic = $1
 
 
 async def _ended_once(conn: asyncpg.Connection, erased_ids: set[str]) -> dict[str, Any]:
+    """Every closed session, a bot's included, published exactly one session-ended."""
     rows = await conn.fetch(ENDED_PER_SESSION, SESSION_ENDED)
-    people = Counter(int(row["events"]) for row in rows if not row["bot"])
-    bots = [row["events"] for row in rows if row["bot"]]
+    sessions = Counter(int(row["events"]) for row in rows)
+    bots = [int(row["events"]) for row in rows if row["bot"]]
     orphans = int(await conn.fetchval(ORPHAN_ENDED, SESSION_ENDED, list(erased_ids)))
-    none, more = people.get(0, 0), sum(n for events, n in people.items() if events > 1)
-    bots_with_events = sum(1 for events in bots if events)
+    none, more = sessions.get(0, 0), sum(n for events, n in sessions.items() if events > 1)
     return _invariant(
-        none == 0 and more == 0 and bots_with_events == 0 and orphans == 0,
-        closedSessions=sum(people.values()),
-        withExactlyOne=people.get(1, 0),
+        none == 0 and more == 0 and orphans == 0,
+        closedSessions=sum(sessions.values()),
+        withExactlyOne=sessions.get(1, 0),
         withNone=none,
         withMore=more,
         botSessions=len(bots),
-        botSessionsWithAnEvent=bots_with_events,
+        botSessionsWithExactlyOne=bots.count(1),
         eventsOfVanishedSessions=orphans,
     )
 

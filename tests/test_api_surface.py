@@ -90,7 +90,7 @@ DECLARED_ERRORS = {
     ("get", "/api/user-activity/me/export"): {400, 401, 404, 503},
     ("post", "/api/user-activity/sessions/start"): {400, 401, 413, 422, 503},
     ("post", "/api/user-activity/sessions/heartbeat"): {400, 401, 413, 422, 503},
-    ("post", "/api/user-activity/sessions/link"): {400, 401, 413, 422, 503},
+    ("post", "/api/user-activity/sessions/link"): {400, 401, 409, 413, 422, 503},
     ("get", "/api/user-activity/sessions"): {400, 401, 503},
     ("post", "/api/user-activity/actions"): {400, 401, 413, 422, 503},
     ("post", "/api/user-activity/property-views"): {400, 401, 413, 422, 503},

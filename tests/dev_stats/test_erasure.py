@@ -21,6 +21,7 @@ from pin_sessions.platform.messaging.envelope import Message
 from pin_sessions.platform.messaging.metrics import MessagingMetrics
 from pin_sessions.platform.messaging.runner import ConsumerRunner, Outcome
 from pin_sessions.platform.runtime import Runtime
+from pin_sessions.user_activity.domain import EndedSession
 from pin_sessions.user_activity.events import session_ended
 from tests.conftest import T0
 from tests.support.erasure import ERASURE_BATCH, as_delivered, deliver, user_erased_message
@@ -30,12 +31,14 @@ from tests.user_activity.jobs.support import lock_waiters
 
 def _ended(user_id: uuid.UUID | None, *, duration: int = 300) -> Message:
     event = session_ended(
-        session_id=uuid.uuid4(),
-        anonymous_id=uuid.uuid4(),
-        user_id=user_id,
-        created_at=T0,
-        last_activity_at=T0 + timedelta(seconds=duration),
-        duration=timedelta(seconds=duration),
+        EndedSession(
+            id=uuid.uuid4(),
+            anonymous_id=uuid.uuid4(),
+            user_id=user_id,
+            created_at=T0,
+            last_activity_at=T0 + timedelta(seconds=duration),
+            duration=timedelta(seconds=duration),
+        )
     )
     return as_delivered(event, T0)
 

@@ -1,4 +1,5 @@
-"""Access tokens carry ``auth_time``: the sign-in that started their refresh family (SPEC §11).
+"""Access tokens carry ``auth_time``: the sign-in that started their refresh family, to the
+microsecond (a NumericDate with its fractional part), so sign-ins within one second order.
 
 Tokens are read as another service reads them, verified with the published JWKS.
 """
@@ -25,7 +26,7 @@ async def _claims(http: httpx.AsyncClient, tokens: dict[str, Any]) -> dict[str, 
     return await verified_claims(http, tokens["accessToken"], audience="pin-api")
 
 
-def _instant(seconds: int) -> datetime:
+def _instant(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
@@ -40,6 +41,33 @@ async def test_a_sign_in_s_token_carries_its_own_instant_as_auth_time(
     async with runtime.database.connection() as conn:
         row = await session_row(conn, tokens["sessionId"])
     assert row["signed_in_at"] == T0 + timedelta(seconds=7)
+
+
+async def test_auth_time_keeps_the_sign_in_s_microseconds_as_the_event_and_the_row_do(
+    http: httpx.AsyncClient, clock: FixedClock, runtime: Runtime
+) -> None:
+    """One precision end to end: the token's auth_time, the sign-in event's SignedInAt and
+    the refresh session's signed_in_at are the same instant; iat stays whole seconds."""
+    signed_in_at = T0 + timedelta(seconds=7, microseconds=654_321)
+    clock.set(signed_in_at)
+    tokens = await sign_in(http)
+    claims = await _claims(http, tokens)
+    assert isinstance(claims["auth_time"], float)
+    assert _instant(claims["auth_time"]) == signed_in_at
+    assert claims["iat"] == int(signed_in_at.timestamp())
+    async with runtime.database.connection() as conn:
+        row = await session_row(conn, tokens["sessionId"])
+        payload = await conn.fetchval(
+            "select payload from messaging.outbox where event_type = 'pin.identity.sign-ins'"
+        )
+    assert row["signed_in_at"] == signed_in_at
+    assert datetime.fromisoformat(payload["SignedInAt"]) == signed_in_at
+    answer = await http.get("/api/identity/sessions", headers=_bearer(tokens))
+    assert answer.status_code == 200  # the API accepts a token signed in its sign-in's second
+
+
+def _bearer(tokens: dict[str, Any]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {tokens['accessToken']}"}
 
 
 async def test_every_refresh_keeps_the_auth_time_of_the_family_s_sign_in(

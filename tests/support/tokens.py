@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
+from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.bootstrap.keys import build_key_cipher
 from pin_sessions.identity import repository
-from pin_sessions.identity.keys import KeyCipher
+from pin_sessions.identity.keys import KeyCipher, PublishedKeys
 from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.platform.database import Database
+from pin_sessions.platform.key_set import KeySet
 from pin_sessions.platform.runtime import Runtime
+from pin_sessions.platform.tokens import TokenVerifier, UserPrincipal
 from pin_sessions.settings import DEFAULT_PUBLIC_URL
 
 
@@ -66,6 +69,25 @@ class Tokens:
         assert row is not None
         key = self.cipher.open(row["kid"], row["private_key"])
         return jwt.encode(claims, key, algorithm="ES256", headers=jwt.get_unverified_header(real))
+
+    async def verified_user(
+        self, user_id: uuid.UUID, *, now: datetime, auth_time: datetime, runtime: Runtime
+    ) -> UserPrincipal:
+        """The user an API reads from a fresh access token of a sign-in at ``auth_time``:
+        what survives of that instant once the token is signed and verified."""
+        token = await self.access(user_id, uuid.uuid4(), now=now, auth_time=auth_time)
+        keys = KeySet(
+            PublishedKeys(self.database),
+            CollectorRegistry(),
+            clock=runtime.clock,
+            wait_limit=timedelta(seconds=10),
+        )
+        try:
+            verified = await TokenVerifier(keys, DEFAULT_PUBLIC_URL).verify(token, now=now)
+        finally:
+            await keys.close()
+        assert isinstance(verified.principal, UserPrincipal)
+        return verified.principal
 
     async def m2m(self, client: str, scopes: Iterable[str], *, now: datetime) -> str:
         async with self.database.connection() as conn:

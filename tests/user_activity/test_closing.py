@@ -146,10 +146,11 @@ async def test_many_sessions_close_in_one_call(http: httpx.AsyncClient, runtime:
     assert len(await outbox(runtime, "pin.user-activity.session-ended")) == 10
 
 
-async def test_a_bot_session_closes_without_a_session_ended_event(
+async def test_a_bot_session_closes_with_its_session_ended_like_any_other(
     http: httpx.AsyncClient, runtime: Runtime, clock: FixedClock
 ) -> None:
-    """Bots are not counted as guests: dev-stats never hears of their sessions."""
+    """Every session that closes publishes exactly one session-ended, a crawler's too; the
+    event says nothing of the device."""
     bot, person = new_id(), new_id()
     crawler = {
         "X-Anonymous-Id": str(bot),
@@ -165,4 +166,15 @@ async def test_a_bot_session_closes_without_a_session_ended_event(
     [bot_row] = await sessions_of(runtime, bot)
     assert (bot_row["status"], bot_row["device_type"]) == ("Inactive", "Bot")
     ended = await outbox(runtime, "pin.user-activity.session-ended")
-    assert [event["payload"]["SessionId"] for event in ended] == [person_session]
+    assert sorted(event["payload"]["SessionId"] for event in ended) == sorted(
+        [bot_session, person_session]
+    )
+    [bot_event] = [event for event in ended if event["payload"]["SessionId"] == bot_session]
+    assert set(bot_event["payload"]) == {
+        "SessionId",
+        "AnonymousId",
+        "UserId",
+        "CreatedAt",
+        "LastActivityAt",
+        "DurationSeconds",
+    }

@@ -105,7 +105,7 @@ async def _is_b_s_as_before(runtime: Runtime, x: Device) -> dict[str, Any]:
         "Active",
         x.b.user_id,
     )
-    assert current["linked_at"] == B_SIGNS_IN
+    assert current["signed_in_at"] == B_SIGNS_IN
     [ended] = await outbox(runtime, ENDED)
     assert ended["payload"]["SessionId"] == str(x.a_session)
     assert len(await outbox(runtime, LINKED)) == 2
@@ -244,9 +244,11 @@ async def test_on_a_guests_session_the_devices_history_judges_a_link(
     assert b_link == {
         "sessionId": guest,
         "userId": str(x.b.user_id),
-        "linkedAt": "2026-11-29T12:01:00Z",
+        "linkedAt": "2026-11-29T12:17:00Z",  # linked now, for B's sign-in at 12:01
         "switched": False,
     }
+    *_, current = await sessions_of(runtime, x.anonymous_id)
+    assert (current["linked_at"], current["signed_in_at"]) == (clock.now(), B_SIGNS_IN)
 
 
 async def test_a_new_sign_in_of_the_earlier_user_takes_the_device_back(
@@ -270,7 +272,8 @@ async def test_a_new_sign_in_of_the_earlier_user_takes_the_device_back(
     restarted = await http.post(HEARTBEAT, headers=x.headers(token=old_tab))
     *_, current = await sessions_of(runtime, x.anonymous_id)
     assert str(current["id"]) == restarted.json()["sessionId"]
-    assert (current["user_id"], current["linked_at"]) == (x.a.user_id, T0 + 2 * MINUTE)
+    assert (current["user_id"], current["signed_in_at"]) == (x.a.user_id, T0 + 2 * MINUTE)
+    assert current["linked_at"] == current["created_at"] == clock.now()
     assert runtime.registry.get_sample_value(STALE_LINKS) == 0
 
 
@@ -293,8 +296,10 @@ async def test_fresh_tokens_start_and_restart_their_users_sessions(
     assert restarted.json()["restarted"] is True
     first, second = await sessions_of(runtime, anonymous_id)
     assert (first["user_id"], second["user_id"]) == (user.user_id, user.user_id)
-    # Linked at the sign-in's instant, the key later links are ordered by.
-    assert first["linked_at"] == second["linked_at"] == T0
+    # Each linked when it started, both for the sign-in at T0: the key later links are
+    # ordered by.
+    assert first["signed_in_at"] == second["signed_in_at"] == T0
+    assert (first["linked_at"], second["linked_at"]) == (T0 + MINUTE, clock.now())
     assert [event["payload"]["SessionId"] for event in await outbox(runtime, LINKED)] == [
         str(first["id"]),
         str(second["id"]),

@@ -1,7 +1,7 @@
 """SPEC §10 in user-activity: the caller's export, and the consumer of user-erased.
 
-The erasure deletes the user's sessions, views and actions (Active ones ended first,
-without session-ended) and leaves a tombstone, so that late sign-in events and requests
+The erasure deletes the user's sessions, views and actions (Active ones deleted at once,
+never closed, so no session-ended) and leaves a tombstone, so that late sign-in events and requests
 already under way write nothing linked to the user. Races with requests, heartbeats and
 the activity closer run for real, in parallel, on several connections.
 """
@@ -30,9 +30,11 @@ from pin_sessions.user_activity.domain import SignedInCaller, device_info
 from pin_sessions.user_activity.sessions import callers_session
 from pin_sessions.user_activity.user_data import erase_user
 from tests.support.erasure import ERASURE_BATCH, deliver, user_erased_message
+from tests.support.tokens import Tokens
+from tests.support.users import signed_in_user
 from tests.support.waiting import wait_until
 from tests.user_activity.conftest import IPHONE, UserFactory, device, outbox, sessions_of
-from tests.user_activity.jobs.support import close_once, lock_waiters
+from tests.user_activity.jobs.support import close_once, lock_waiters, wait_for_lock_waiters
 
 START = "/api/user-activity/sessions/start"
 LINK = "/api/user-activity/sessions/link"
@@ -174,6 +176,9 @@ async def test_the_erasure_is_idempotent_and_runs_in_batches(
     user = await new_user()
     anonymous_id = new_id()
     await _activity(http, anonymous_id, device(anonymous_id, user), actions=25)
+    # Closed, the session is history: what the erasure's batches delete.
+    clock.advance(timedelta(minutes=20))
+    assert (await close_once(runtime, CollectorRegistry())).count("closed") == 1
     message = user_erased_message(user.user_id, clock.now())
 
     async with runtime.database.connection() as conn:
@@ -192,6 +197,40 @@ async def test_the_erasure_is_idempotent_and_runs_in_batches(
     consumer = UserErasedConsumer(ERASURE_BATCH)
     assert await deliver(runtime, consumer, message) is Outcome.APPLIED
     assert await deliver(runtime, consumer, message) is Outcome.DUPLICATE
+
+
+async def test_an_active_session_of_the_erased_user_is_deleted_never_closed(
+    http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
+) -> None:
+    """Only the closer and a link close a session: the erasure deletes an Active one with its
+    children in its first transaction, before the batches. Held up on a locked action of the
+    user's history, the erasure has already deleted the Active session, not ended it."""
+    user = await new_user()
+    old_device, current_device = new_id(), new_id()
+    await _activity(http, old_device, device(old_device, user), actions=1)
+    clock.advance(timedelta(minutes=20))
+    assert (await close_once(runtime, CollectorRegistry())).count("closed") == 1
+    async with runtime.database.transaction() as conn:
+        again = await signed_in_user(
+            conn, Tokens.of(runtime).signer, now=clock.now(), user_id=user.user_id
+        )
+    await _activity(http, current_device, device(current_device, again), actions=1)
+    [history] = await sessions_of(runtime, old_device)
+    async with runtime.database.transaction() as holder:
+        await holder.execute(
+            "select 1 from user_activity.action_events where session_id = $1 for update",
+            history["id"],
+        )
+        erasure = asyncio.create_task(
+            erase_user(runtime.database, user.user_id, clock.now(), batch_size=10)
+        )
+        await wait_for_lock_waiters(runtime, 1)
+        assert await sessions_of(runtime, current_device) == []
+        assert not erasure.done()
+    await erasure
+    assert await _rows_of(runtime, user.user_id) == 0
+    [ended] = await outbox(runtime, "pin.user-activity.session-ended")
+    assert ended["payload"]["SessionId"] == str(history["id"])  # the closer's, before
 
 
 async def test_a_late_sign_in_of_an_erased_user_links_nothing(
@@ -338,9 +377,9 @@ async def test_exporting_100k_actions_over_http_holds_a_bounded_amount_of_memory
     conn = await asyncpg.connect(database_url)
     try:
         await conn.execute(
-            "insert into user_activity.sessions (id, anonymous_id, user_id, linked_at, status, "
-            "created_at, last_activity_at, device_user_agent, device_type) "
-            "values ($1, $2, $3, $4, 'Active', $4, $4, 'tests', 'Desktop')",
+            "insert into user_activity.sessions (id, anonymous_id, user_id, linked_at, "
+            "signed_in_at, status, created_at, last_activity_at, device_user_agent, device_type) "
+            "values ($1, $2, $3, $4, $4, 'Active', $4, $4, 'tests', 'Desktop')",
             session_id,
             new_id(),
             user.user_id,

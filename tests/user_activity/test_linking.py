@@ -1,6 +1,6 @@
 """INV-SES-002: link once; same user no-op; another user force-closes and starts anew.
 
-Only linking changes who is on a device (SPEC §11): a start, heartbeat, action or view with
+Only linking changes who is on a device: a start, heartbeat, action or view with
 a Bearer token is applied to the device's Active session as it is. The stale cases are in
 ``test_device_ownership``.
 """
@@ -28,7 +28,8 @@ VIEWS = "/api/user-activity/property-views"
 async def test_linking_an_unlinked_session_sets_the_user_and_publishes(
     http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
 ) -> None:
-    """linkedAt is the instant of the sign-in the link stands for: the token's auth_time."""
+    """linkedAt is the moment of linking, in the row, the answer and the event; the instant
+    of the sign-in the link stands for (the token's auth_time) is kept as signed_in_at."""
     anonymous_id = new_id()
     started = (await http.post(START, headers=device(anonymous_id))).json()
     clock.advance(timedelta(seconds=3))
@@ -39,11 +40,13 @@ async def test_linking_an_unlinked_session_sets_the_user_and_publishes(
     assert response.json() == {
         "sessionId": started["sessionId"],
         "userId": str(user.user_id),
-        "linkedAt": "2026-11-29T12:00:03Z",
+        "linkedAt": "2026-11-29T12:00:08Z",
         "switched": False,
     }
     [row] = await sessions_of(runtime, anonymous_id)
-    assert (row["user_id"], row["linked_at"]) == (user.user_id, T0 + timedelta(seconds=3))
+    assert (row["user_id"], row["linked_at"]) == (user.user_id, T0 + timedelta(seconds=8))
+    assert row["signed_in_at"] == T0 + timedelta(seconds=3)
+    assert row["linked_at"] >= row["created_at"]
     [event] = await outbox(runtime, "pin.user-activity.session-linked")
     assert event["topic"] == "pin.user-activity.session-linked.v1"
     assert (event["version"], event["aggregate_type"]) == (1, "Session")
@@ -52,7 +55,7 @@ async def test_linking_an_unlinked_session_sets_the_user_and_publishes(
         "SessionId": started["sessionId"],
         "AnonymousId": str(anonymous_id),
         "UserId": str(user.user_id),
-        "LinkedAt": "2026-11-29T12:00:03+00:00",
+        "LinkedAt": "2026-11-29T12:00:08+00:00",
     }
 
 

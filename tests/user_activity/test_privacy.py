@@ -51,7 +51,7 @@ async def test_the_address_is_masked_in_logs_and_absent_from_events(
     written = json.dumps([[event["payload"], event["headers"]] for event in events])
     assert CLIENT not in written
     assert "iPhone" not in written
-    started = [line for line in captured_logs.lines() if "user-activity session started" in line]
+    started = [line for line in captured_logs.lines() if '"session started"' in line]
     assert started
     assert all(CLIENT not in line for line in captured_logs.lines())
     assert any('"clientIp": "198.51.100.0/24"' in line for line in started)

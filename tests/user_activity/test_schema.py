@@ -28,6 +28,7 @@ async def test_sessions_columns_have_the_seed_types(runtime: Runtime) -> None:
         "anonymous_id": ("uuid", None, "NO"),
         "user_id": ("uuid", None, "YES"),
         "linked_at": ("timestamp with time zone", None, "YES"),
+        "signed_in_at": ("timestamp with time zone", None, "YES"),
         "status": ("character varying", 16, "NO"),
         "created_at": ("timestamp with time zone", None, "NO"),
         "last_activity_at": ("timestamp with time zone", None, "NO"),
@@ -69,28 +70,35 @@ async def test_the_link_pair_and_duration_checks_exist(runtime: Runtime) -> None
     )
     checks = {row["conname"]: row["definition"] for row in rows}
     assert "(user_id IS NULL) = (linked_at IS NULL)" in checks["chk_sessions_link_pair"]
+    assert "(user_id IS NULL) = (signed_in_at IS NULL)" in checks["chk_sessions_sign_in_pair"]
     assert "duration >= '00:00:00'::interval" in checks["chk_sessions_duration_nonneg"]
 
 
 INSERT = """
 insert into user_activity.sessions
-    (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at, duration,
-     device_user_agent, device_type)
-values ($1, $2, $3, $4, $5, $6, $6, $7, 'ua', 'Unknown')
+    (id, anonymous_id, user_id, linked_at, signed_in_at, status, created_at, last_activity_at,
+     duration, device_user_agent, device_type)
+values ($1, $2, $3, $4, $8, $5, $6, $6, $7, 'ua', 'Unknown')
 """
 
 
 async def test_a_user_without_linked_at_is_refused(runtime: Runtime) -> None:
     async with runtime.database.connection() as conn:
         with pytest.raises(asyncpg.CheckViolationError, match="chk_sessions_link_pair"):
-            await conn.execute(INSERT, new_id(), new_id(), new_id(), None, "Active", T0, None)
+            await conn.execute(INSERT, new_id(), new_id(), new_id(), None, "Active", T0, None, T0)
+
+
+async def test_a_user_without_the_instant_of_its_sign_in_is_refused(runtime: Runtime) -> None:
+    async with runtime.database.connection() as conn:
+        with pytest.raises(asyncpg.CheckViolationError, match="chk_sessions_sign_in_pair"):
+            await conn.execute(INSERT, new_id(), new_id(), new_id(), T0, "Active", T0, None, None)
 
 
 async def test_a_negative_duration_is_refused(runtime: Runtime) -> None:
     async with runtime.database.connection() as conn:
         with pytest.raises(asyncpg.CheckViolationError, match="chk_sessions_duration_nonneg"):
             await conn.execute(
-                INSERT, new_id(), new_id(), None, None, "Inactive", T0, -T0.resolution
+                INSERT, new_id(), new_id(), None, None, "Inactive", T0, -T0.resolution, None
             )
 
 

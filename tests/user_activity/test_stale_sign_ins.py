@@ -78,22 +78,24 @@ async def test_a_sign_in_older_than_an_unlinked_session_leaves_it_a_guests(
     assert str(anonymous_id) not in json.dumps(line)
 
 
-async def test_a_late_sign_in_links_an_unlinked_session_at_the_sign_in_instant(
+async def test_a_late_sign_in_links_an_unlinked_session_now_for_the_sign_in_instant(
     http: httpx.AsyncClient, runtime: Runtime, clock: FixedClock
 ) -> None:
-    """linked_at is when the user signed in, the key later sign-ins are ordered against."""
+    """linked_at is when the consumer linked it; signed_in_at is when the user signed in,
+    the key later sign-ins are ordered against."""
     anonymous_id, user_id = new_id(), new_id()
     await http.post(START, headers=device(anonymous_id))
     clock.advance(timedelta(minutes=10))
     await _deliver_late(runtime, sign_in_event(user_id, anonymous_id, T0 + timedelta(minutes=1)))
     [row] = await sessions_of(runtime, anonymous_id)
-    assert (row["user_id"], row["linked_at"]) == (user_id, T0 + timedelta(minutes=1))
+    assert (row["user_id"], row["signed_in_at"]) == (user_id, T0 + timedelta(minutes=1))
+    assert row["linked_at"] == T0 + timedelta(minutes=10)
     [linked] = await outbox(runtime, "pin.user-activity.session-linked")
-    assert linked["payload"]["LinkedAt"] == "2026-11-29T12:01:00+00:00"
+    assert linked["payload"]["LinkedAt"] == "2026-11-29T12:10:00+00:00"
     assert _stale_count(runtime) == 0
 
 
-async def test_a_late_sign_in_of_another_user_opens_the_successor_now_linked_at_its_instant(
+async def test_a_late_sign_in_of_another_user_opens_the_successor_now_for_its_instant(
     http: httpx.AsyncClient, runtime: Runtime, new_user: UserFactory, clock: FixedClock
 ) -> None:
     """The successor's span starts when the old one ends, so no minute is counted twice."""
@@ -109,8 +111,9 @@ async def test_a_late_sign_in_of_another_user_opens_the_successor_now_linked_at_
     assert (closed["status"], closed["ended_at"]) == ("Inactive", T0 + timedelta(minutes=10))
     assert closed["last_activity_at"] == T0 + timedelta(minutes=5)
     assert (current["status"], current["user_id"]) == ("Active", second_user_id)
-    assert current["linked_at"] == signed_in_at
-    assert current["created_at"] == current["last_activity_at"] == T0 + timedelta(minutes=10)
+    assert current["signed_in_at"] == signed_in_at
+    assert current["linked_at"] == current["created_at"] == T0 + timedelta(minutes=10)
+    assert current["last_activity_at"] == T0 + timedelta(minutes=10)
     assert len(await outbox(runtime, "pin.user-activity.session-ended")) == 1
     assert _stale_count(runtime) == 0
 
@@ -153,9 +156,9 @@ async def test_a_late_sign_in_takes_the_device_from_a_stale_tabs_restart(
     await _deliver_late(runtime, sign_in_event(user_b, anonymous_id, b_signed_in_at))
     _, a_restart, current = await sessions_of(runtime, anonymous_id)
     assert (str(a_restart["id"]), a_restart["user_id"]) == (restarted["sessionId"], user_a.user_id)
-    assert (a_restart["status"], a_restart["linked_at"]) == ("Inactive", T0)
+    assert (a_restart["status"], a_restart["signed_in_at"]) == ("Inactive", T0)
     assert (current["status"], current["user_id"]) == ("Active", user_b)
-    assert current["linked_at"] == b_signed_in_at
+    assert current["signed_in_at"] == b_signed_in_at
     assert _stale_count(runtime) == 0
 
 

@@ -21,7 +21,12 @@ from pin_sessions.identity.clients import Client, ServiceClients, granted_scopes
 from pin_sessions.identity.liveness import RefreshSessionLiveness
 from pin_sessions.identity.signing import TokenSigner
 from pin_sessions.platform.database import Database
-from pin_sessions.platform.tokens import InvalidToken, TokenVerifier, UserPrincipal
+from pin_sessions.platform.tokens import (
+    InvalidToken,
+    TokenVerifier,
+    UserPrincipal,
+    auth_time_claim,
+)
 
 TOKEN_PATH = "/oauth/token"  # noqa: S105 - a path, not a secret
 INTROSPECTION_PATH = "/oauth/introspect"
@@ -97,7 +102,7 @@ class OAuthServer:
                 return INACTIVE
             answer |= {"sub": str(principal.user_id), "sid": str(principal.session_id)}
             if principal.auth_time is not None:
-                answer["auth_time"] = int(principal.auth_time.timestamp())
+                answer["auth_time"] = auth_time_claim(principal.auth_time)
             if principal.permissions:
                 answer["permissions"] = sorted(principal.permissions)
             return answer

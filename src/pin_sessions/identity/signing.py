@@ -28,6 +28,7 @@ from pin_sessions.platform.tokens import (
     SERVICE_AUDIENCE,
     TOKEN_TYPE,
     USER_AUDIENCE,
+    auth_time_claim,
 )
 
 
@@ -57,12 +58,12 @@ class TokenSigner:
         permissions: Iterable[str] = (),
     ) -> SignedToken:
         """A user's access token; ``auth_time`` is when the sign-in that started the
-        token's refresh family happened (RFC 9068 §2.2.1, SPEC §11), to the second."""
+        token's refresh family happened (RFC 9068 §2.2.1), to the microsecond."""
         claims: dict[str, Any] = {
             "aud": USER_AUDIENCE,
             "sub": str(user_id),
             "sid": str(session_id),
-            "auth_time": int(auth_time.timestamp()),
+            "auth_time": auth_time_claim(auth_time),
         }
         granted = sorted(set(permissions))
         if granted:

@@ -5,7 +5,7 @@ key (``kid``) and the type ``at+jwt`` (RFC 9068). Two audiences, two kinds:
 
 * ``aud: pin-api`` — a user's access token: ``sub`` (user id), ``sid`` (refresh
   session id), ``auth_time`` (when the sign-in that started the refresh family happened,
-  SPEC §11), optional ``permissions``;
+  to the microsecond: ``auth_time_claim``), optional ``permissions``;
 * ``aud: pin-internal`` — a service's m2m token: ``sub`` and ``client_id`` (the
   client's id), ``scope`` (space separated), no ``sid``.
 
@@ -153,6 +153,17 @@ class TokenVerifier:
             raise InvalidToken() from exc
 
 
+def auth_time_claim(signed_in_at: datetime) -> float:
+    """``auth_time`` as a NumericDate with its fractional part (RFC 7519 §2 allows one).
+
+    Sign-ins are ordered by this instant against the sign-in events' ``SignedInAt``, which
+    keeps microseconds: cut to whole seconds, a sign-in half a second after another's would
+    look older than it. Microseconds survive the float: near today's epoch seconds a double
+    resolves 0.24 µs, and ``datetime.fromtimestamp`` rounds back to the microsecond.
+    """
+    return round(signed_in_at.timestamp(), 6)
+
+
 def _judge_lifetime(issued_at: datetime, expires_at: datetime, now: datetime) -> None:
     if expires_at <= now:
         raise InvalidToken("the token has expired")
@@ -168,7 +179,9 @@ def _content(claims: dict[str, Any], now: datetime) -> VerifiedToken:
     principal: Principal
     if audience == USER_AUDIENCE and "sid" in claims:
         auth_time = _instant(claims["auth_time"]) if "auth_time" in claims else None
-        if auth_time is not None and auth_time > issued_at:
+        # iat is whole seconds, auth_time keeps its fraction: a token signed in the second of
+        # its sign-in has auth_time up to a second past iat.
+        if auth_time is not None and auth_time.replace(microsecond=0) > issued_at:
             raise ValueError("a token cannot be issued before its sign-in")
         principal = UserPrincipal(
             user_id=uuid.UUID(_text(claims["sub"])),

@@ -3,10 +3,9 @@
 Set-based: it closes any number of sessions in three statements on the caller's
 connection, inside the caller's transaction, and never commits.
 
-A bot's session (DeviceType ``Bot``) closes like any other but publishes no session-ended:
-seed 004 forbids device data in that event, and its one mandatory consumer, dev-stats,
-counts people's sessions, so it cannot tell a crawler from a guest; the event stays "at most
-one per session" (INV-SES-006). Its views still publish their view-ended events.
+Every session that closes publishes exactly one session-ended, a bot's (DeviceType ``Bot``)
+included: the event is the one record of every session's end, and it carries nothing about
+the device, so its consumers count every closed session alike.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pin_sessions.platform.database import Connection
-from pin_sessions.platform.devices import DeviceType
 from pin_sessions.platform.outbox import IntegrationEvent, append_all
 from pin_sessions.user_activity import events, repository
 
@@ -51,7 +49,7 @@ async def close_sessions(
     closed = await repository.close_sessions(conn, session_ids, now, idle_before)
     if not closed:
         return ClosedSessions((), 0)
-    closed_ids = [row["id"] for row in closed]
+    closed_ids = [session.id for session in closed]
     views = await repository.close_open_views(conn, closed_ids)
     published: list[IntegrationEvent] = [
         events.property_object_view_ended(
@@ -65,17 +63,6 @@ async def close_sessions(
         )
         for view in views
     ]
-    published.extend(
-        events.session_ended(
-            session_id=row["id"],
-            anonymous_id=row["anonymous_id"],
-            user_id=row["user_id"],
-            created_at=row["created_at"],
-            last_activity_at=row["last_activity_at"],
-            duration=row["duration"],
-        )
-        for row in closed
-        if row["device_type"] != DeviceType.BOT
-    )
+    published.extend(events.session_ended(session) for session in closed)
     await append_all(conn, published, now=now)
     return ClosedSessions(tuple(closed_ids), len(views))

@@ -1,6 +1,9 @@
-"""The Session aggregate's states and rules (seed 003); no I/O here.
+"""The Session aggregate's states, rules and domain events; no I/O here.
 
-DeviceInfo is parsed once, when a session is created, and never updated.
+DeviceInfo is parsed once, when a session is created, and never updated. The Session's
+operations (its statements in ``repository.sessions``) raise the domain events below from
+the rows they wrote; the integration events (``events``) and the ``session started`` log
+event are built from them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from pin_sessions.platform.devices import DeviceType, parse_user_agent, truncate_user_agent
+from pin_sessions.user_activity.errors import SessionAlreadyEnded
 
 ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9._-]{1,64}$")
 ACTION_DATA_MAX_BYTES = 8 * 1024
@@ -40,15 +44,76 @@ class SessionSnapshot:
     id: uuid.UUID
     anonymous_id: uuid.UUID
     user_id: uuid.UUID | None
+    # When the session was linked to ``user_id`` (the linking transaction's now)…
     linked_at: datetime | None
+    # …and when the sign-in that linked it happened: the key sign-ins are ordered by.
+    signed_in_at: datetime | None
     status: SessionStatus
     created_at: datetime
     last_activity_at: datetime
 
+    def ensure_active(self) -> None:
+        """INV-SES-006: an Inactive session never changes again."""
+        if self.status is not SessionStatus.ACTIVE:
+            raise SessionAlreadyEnded()
+
+    def started(self) -> SessionStarted:
+        """The domain event of this session's creation."""
+        return SessionStarted(self.id, self.anonymous_id, self.user_id)
+
+    def linked(self) -> SessionLinked:
+        """The domain event of this session's link: ``user_id`` null → value (INV-SES-002)."""
+        if self.user_id is None or self.linked_at is None:
+            raise ValueError("an unlinked session raises no SessionLinked")
+        return SessionLinked(self.id, self.anonymous_id, self.user_id, self.linked_at)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStarted:
+    """A session was created (seed 003's SessionStartedEvent)."""
+
+    session_id: uuid.UUID
+    anonymous_id: uuid.UUID
+    user_id: uuid.UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLinked:
+    """A session got its user, once (SessionLinkedEvent)."""
+
+    session_id: uuid.UUID
+    anonymous_id: uuid.UUID
+    user_id: uuid.UUID
+    linked_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnded:
+    """A session went Active → Inactive, with its duration (SessionEndedEvent)."""
+
+    session_id: uuid.UUID
+    duration: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class EndedSession:
+    """The snapshot of a session as its close left it: what session-ended carries."""
+
+    id: uuid.UUID
+    anonymous_id: uuid.UUID
+    user_id: uuid.UUID | None
+    created_at: datetime
+    last_activity_at: datetime
+    duration: timedelta
+
+    def ended(self) -> SessionEnded:
+        """INV-SES-005: the close computed ``duration = last_activity_at - created_at``."""
+        return SessionEnded(self.id, self.duration)
+
 
 @dataclass(frozen=True)
 class SignedInCaller:
-    """A request's user, and when the sign-in behind its token happened (SPEC §11).
+    """A request's user, and when the sign-in behind its token happened.
 
     ``signed_in_at`` is the token's auth_time: the instant every link is ordered by, so
     that the latest sign-in owns the device whatever order requests and events arrive in.
@@ -63,11 +128,11 @@ class DeviceLink:
     """One link of a device's history: whose, and the instant of the sign-in it stands for."""
 
     user_id: uuid.UUID
-    linked_at: datetime
+    signed_in_at: datetime
 
 
 def is_stale_request(caller: SignedInCaller, latest_since: DeviceLink | None) -> bool:
-    """SPEC §11: another user linked the device after the caller's sign-in.
+    """Another user linked the device after the caller's sign-in.
 
     ``latest_since`` is the device's latest link later than ``caller.signed_in_at``. The
     caller's own later link (a newer sign-in of the same user) makes their token no stranger.

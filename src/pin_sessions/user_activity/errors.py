@@ -9,6 +9,7 @@ Hierarchy::
         ├── ViewNotFound             404 USER_ACTIVITY_VIEW_NOT_FOUND
         ├── IdempotencyKeyReused     422 USER_ACTIVITY_IDEMPOTENCY_KEY_REUSED
         ├── DeviceNotFound           404 USER_ACTIVITY_DEVICE_NOT_FOUND
+        ├── SessionAlreadyEnded      409 USER_ACTIVITY_SESSION_ALREADY_ENDED
         └── UserErased               404 USER_ACTIVITY_USER_NOT_FOUND (export after erasure)
 
 The ``X-Anonymous-Id`` errors (USER_ACTIVITY_ANONYMOUS_ID_INVALID / _REQUIRED) belong to the
@@ -54,6 +55,19 @@ class DeviceNotFound(UserActivityError):
     code = "USER_ACTIVITY_DEVICE_NOT_FOUND"
     status = 404
     title = "No session is known for this device"
+
+
+class SessionAlreadyEnded(UserActivityError):
+    """INV-SES-006: an Inactive session never changes again.
+
+    Raised by the domain on any change asked of an Inactive session. A route that meets it
+    because the closer won a race starts the device's next session instead (INV-SES-003);
+    one that cannot answers it.
+    """
+
+    code = "USER_ACTIVITY_SESSION_ALREADY_ENDED"
+    status = 409
+    title = "This session has ended; a new one starts with the device's next activity"
 
 
 class UserErased(UserActivityError):

@@ -1,6 +1,7 @@
-"""Integration events of user-activity with the exact payloads of SPEC §6.
+"""Integration events of user-activity, built from the Session's domain events.
 
-Device data (user agent, IP address) never enters an event.
+Each payload is exactly its contract's (``contracts/``). Device data (user agent, IP
+address) never enters an event.
 """
 
 from __future__ import annotations
@@ -9,50 +10,49 @@ import uuid
 from datetime import datetime, timedelta
 
 from pin_sessions.platform.outbox import IntegrationEvent
-from pin_sessions.user_activity.domain import duration_seconds
+from pin_sessions.user_activity.domain import (
+    EndedSession,
+    SessionLinked,
+    duration_seconds,
+)
 
 SESSION_LINKED_TOPIC = "pin.user-activity.session-linked.v1"
 SESSION_ENDED_TOPIC = "pin.user-activity.session-ended.v1"
 PROPERTY_OBJECT_VIEW_ENDED_TOPIC = "pin.user-activity.property-object-view-ended.v1"
 
 
-def session_linked(
-    *, session_id: uuid.UUID, anonymous_id: uuid.UUID, user_id: uuid.UUID, linked_at: datetime
-) -> IntegrationEvent:
+def session_linked(linked: SessionLinked) -> IntegrationEvent:
+    """session-linked, from the domain event: ``LinkedAt`` is the moment of linking."""
     return IntegrationEvent.on_topic(
         SESSION_LINKED_TOPIC,
         aggregate_type="Session",
-        aggregate_id=session_id,
+        aggregate_id=linked.session_id,
         payload={
-            "SessionId": session_id,
-            "AnonymousId": anonymous_id,
-            "UserId": user_id,
-            "LinkedAt": linked_at,
+            "SessionId": linked.session_id,
+            "AnonymousId": linked.anonymous_id,
+            "UserId": linked.user_id,
+            "LinkedAt": linked.linked_at,
         },
     )
 
 
-def session_ended(
-    *,
-    session_id: uuid.UUID,
-    anonymous_id: uuid.UUID,
-    user_id: uuid.UUID | None,
-    created_at: datetime,
-    last_activity_at: datetime,
-    duration: timedelta,
-) -> IntegrationEvent:
-    """Exactly seed 004's payload: nothing about the device, no EndedAt, Status or LinkedAt."""
+def session_ended(session: EndedSession) -> IntegrationEvent:
+    """session-ended, from the SessionEnded its close raised and the snapshot it left.
+
+    Exactly the contract's payload: nothing about the device, no EndedAt, Status or LinkedAt.
+    """
+    ended = session.ended()
     return IntegrationEvent.on_topic(
         SESSION_ENDED_TOPIC,
         aggregate_type="Session",
-        aggregate_id=session_id,
+        aggregate_id=session.id,
         payload={
-            "SessionId": session_id,
-            "AnonymousId": anonymous_id,
-            "UserId": user_id,
-            "CreatedAt": created_at,
-            "LastActivityAt": last_activity_at,
-            "DurationSeconds": duration_seconds(duration),
+            "SessionId": session.id,
+            "AnonymousId": session.anonymous_id,
+            "UserId": session.user_id,
+            "CreatedAt": session.created_at,
+            "LastActivityAt": session.last_activity_at,
+            "DurationSeconds": duration_seconds(ended.duration),
         },
     )
 

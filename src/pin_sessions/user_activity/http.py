@@ -38,6 +38,7 @@ from pin_sessions.platform.http.dependencies import (
     optional_user,
     permission_required,
 )
+from pin_sessions.platform.http.idempotency_key import IdempotencyKey, idempotency_key_parameter
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
 from pin_sessions.platform.http.security_schemes import OPTIONAL_USER
 from pin_sessions.platform.http.wiring import request_services
@@ -192,7 +193,14 @@ async def _refuse_fields(request: Request) -> None:
     "/sessions/start",
     response_model=SessionStarted,
     responses=DEVICE_BODY_PROBLEMS,
-    openapi_extra=OPTIONAL_DEVICE,
+    openapi_extra=parameters(
+        anonymous_id_parameter(required=False),
+        idempotency_key_parameter(
+            "1 to 64 printable ASCII characters, read only without X-Anonymous-Id: every start "
+            "sent with the same key within 24 hours gets the same anonymousId, and so the "
+            "same session, also when the first start's answer was lost"
+        ),
+    ),
 )
 async def start(
     db: DatabaseDep,
@@ -200,10 +208,20 @@ async def start(
     device: Device,
     anonymous_id: OptionalDevice,
     user: OptionalUser,
+    key: IdempotencyKey,
     _body: Annotated[StartRequest | None, Body()] = None,
 ) -> SessionStarted:
-    """Start the device's session or continue it (INV-SES-001); issues an AnonymousId."""
-    started = await sessions.start_session(db, anonymous_id, caller_of(user), device, now)
+    """Start the device's session or continue it: a start on a device that has an Active
+    session is a heartbeat of it.
+
+    Without `X-Anonymous-Id` the service issues the device's `anonymousId` (in the answer;
+    send it as `X-Anonymous-Id` from then on). Send an `Idempotency-Key` with that first
+    start, and the same key with its retries: they all get the same `anonymousId` and
+    session.
+    """
+    started = await sessions.start_session(
+        db, anonymous_id, caller_of(user), device, now, idempotency_key=key
+    )
     session = started.session
     return SessionStarted(
         session_id=session.id,
@@ -220,10 +238,21 @@ async def _stale_links(services: UserActivityDep) -> StaleLinks:
     return services.stale_links
 
 
+# A link never changes an ended session (INV-SES-006): the one conflict it can answer.
+LINK_PROBLEMS = problems(400, 401, 409, 413, 422, 503)
+LINK_PROBLEMS[409] = {
+    **LINK_PROBLEMS[409],
+    "description": (
+        "`USER_ACTIVITY_SESSION_ALREADY_ENDED`: the session being linked ended meanwhile; "
+        "link again to link the device's next session"
+    ),
+}
+
+
 @router.post(
     "/sessions/link",
     response_model=SessionLinked,
-    responses=DEVICE_BODY_PROBLEMS,
+    responses=LINK_PROBLEMS,
     openapi_extra=REQUIRED_DEVICE,
 )
 async def link(
@@ -238,10 +267,12 @@ async def link(
     """Link the device's session to the caller (INV-SES-002).
 
     A stale link (another user signed in on the device after the caller, and linked it:
-    SPEC §11) changes nothing and is a 200 all the same, as a repeated link is: it is the
-    outcome of a race between sign-ins, not a client's mistake. Its answer is the device's
-    session as it is (as a start would show it: another user's, or a guest's with nulls),
-    with ``stale: true``.
+    changes nothing and is a 200 all the same, as a repeated link is: it is the outcome of a
+    race between sign-ins, not a client's mistake. Its answer is the device's session as it
+    is (as a start would show it: another user's, or a guest's with nulls), with
+    `stale: true`. `linkedAt` is when the session was linked. An ended session never
+    changes: 409 `USER_ACTIVITY_SESSION_ALREADY_ENDED` if the session being linked ended
+    meanwhile; linking again links the device's next session.
     """
     caller = SignedInCaller(user.user_id, user.signed_in_at)
     outcome = await linking.link(db, anonymous_id, caller, device, now)
@@ -293,7 +324,7 @@ async def own_history(
     dependencies=[permission_required(DEV_STATS_VIEW)],
 )
 async def open_sessions(db: DatabaseDep, now: Now) -> OpenSessions:
-    """Sessions open right now (Active, bots left out), for the dev-stats dashboard.
+    """Sessions open right now (Active), for the dev-stats dashboard.
 
     dev-stats learns of a session only when it ends, so the live count comes from here, to
     the same readers: holders of ``dev-stats.view``.

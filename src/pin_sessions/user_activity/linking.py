@@ -3,16 +3,16 @@
 Two callers link: the consumer of ``pin.identity.sign-ins.v1`` (``link_sign_in``, in the
 runner's transaction) and ``POST /api/user-activity/sessions/link`` (``link``, in its own;
 ``link_request`` is its work on that transaction's connection). A start, a heartbeat, an
-action or a view never does (SPEC §11).
+action or a view never does.
 
-The latest sign-in owns the device. Every link stands for a sign-in and is stored with its
-instant as ``linked_at`` (a sign-in event's ``SignedInAt``, a token's ``auth_time``), so
-links are ordered by when their users signed in, whatever order they arrive in:
+The latest sign-in owns the device. A link is made ``now`` (its session's ``linked_at``, the
+moment of linking) and stands for a sign-in, whose instant it keeps as ``signed_in_at`` (a
+sign-in event's ``SignedInAt``, a token's ``auth_time``, both to the microsecond), so links
+are ordered by when their users signed in, whatever order they arrive in:
 
-* a sign-in event older than the device's current session (its ``linked_at``, or
-  ``created_at`` while unlinked) is stale (SPEC §6);
-* a request whose token's sign-in is older than another user's link on the device is stale
-  (SPEC §11).
+* a sign-in event older than the device's current session (its ``signed_in_at``, or
+  ``created_at`` while unlinked) is stale;
+* a request whose token's sign-in is older than another user's link on the device is stale.
 
 A stale link changes nothing. Linkers of one device are serialised by the row lock on its
 Active session (or, with none, by its partial unique index), and each judges staleness
@@ -68,7 +68,7 @@ async def link_sign_in(
     signed_in_at: datetime,
     now: datetime,
 ) -> LinkOutcome | None:
-    """A sign-in event: link the device's Active session, linked at ``signed_in_at``.
+    """A sign-in event: link the device's Active session for the sign-in at ``signed_in_at``.
 
     None when the device has no Active session: nothing is started for an event.
     """
@@ -95,7 +95,7 @@ async def link(
     device: DeviceInfo,
     now: datetime,
 ) -> LinkOutcome:
-    """``POST /sessions/link``: INV-SES-002 in one transaction, unless stale (SPEC §11)."""
+    """``POST /sessions/link``: INV-SES-002 in one transaction, unless stale."""
     async with db.transaction() as conn:
         await refuse_erased(conn, caller.user_id)
         return await link_request(conn, anonymous_id, caller, device, now)
@@ -144,17 +144,19 @@ async def _latest_link_since(
     A guest's session or none: the device's history does. Either way every link that could
     still commit waits on the lock this transaction holds, or on the partial unique index.
     """
-    if current is not None and current.user_id is not None and current.linked_at is not None:
-        if current.linked_at > since:
-            return DeviceLink(current.user_id, current.linked_at)
+    if current is not None and current.user_id is not None and current.signed_in_at is not None:
+        if current.signed_in_at > since:
+            return DeviceLink(current.user_id, current.signed_in_at)
         return None
     return await repository.latest_link_since(conn, anonymous_id, since)
 
 
 def _caller_link(caller: SignedInCaller, latest: DeviceLink | None) -> DeviceLink:
     """The caller's link, at the latest sign-in of theirs the device knows (their own later
-    link, when there is one), so the session's ``linked_at`` stays the device's latest."""
-    return DeviceLink(caller.user_id, caller.signed_in_at if latest is None else latest.linked_at)
+    link, when there is one), so the session's ``signed_in_at`` stays the device's latest."""
+    return DeviceLink(
+        caller.user_id, caller.signed_in_at if latest is None else latest.signed_in_at
+    )
 
 
 async def _lock_active_session(conn: Connection, anonymous_id: uuid.UUID) -> SessionSnapshot | None:
@@ -167,15 +169,19 @@ async def _link(
 ) -> LinkOutcome:
     """Unlinked: ``link`` is set, with a session-linked event. Another user's: that session is
     force-closed through the one close operation (session-ended) and a new Active session of
-    the same device opened for ``link``'s user (session-linked)."""
+    the same device opened for ``link``'s user (session-linked).
+
+    ``current`` is locked by this transaction and Active; ``SessionAlreadyEnded`` if not.
+    """
+    current.ensure_active()
     if current.user_id is None:
-        linked = await repository.link_session(conn, current.id, link)
+        linked = await repository.link_session(conn, current.id, link, now)
         await append(conn, linked_event(linked), now=now)
         return LinkOutcome(linked, switched=False, created=False)
     await close_sessions(conn, [current.id], now=now)
     # The successor opens now, when the old one closes: their spans never overlap, so
     # dev-stats counts no minute twice (the old session may have activity after a late
-    # sign-in's instant). Its linked_at is still the sign-in's instant: the key later
+    # sign-in's instant). Its signed_in_at is the sign-in's instant: the key later
     # sign-ins of this device are ordered against, in whatever order they arrive.
     successor = await repository.insert_switched_session(conn, current.id, link, now)
     await append(conn, linked_event(successor), now=now)
@@ -205,17 +211,12 @@ class StaleLinks:
 
 
 def is_stale_sign_in(current: SessionSnapshot, signed_in_at: datetime) -> bool:
-    """SPEC §6: a sign-in older than the device's current session cannot be its user's."""
-    since = current.created_at if current.linked_at is None else current.linked_at
+    """A sign-in older than the device's current session cannot be its user's: older than
+    the sign-in that linked it, or, while unlinked, than its start."""
+    since = current.created_at if current.signed_in_at is None else current.signed_in_at
     return signed_in_at < since
 
 
 def linked_event(session: SessionSnapshot) -> IntegrationEvent:
     """The session-linked event of a session that has just got its user."""
-    assert session.user_id is not None and session.linked_at is not None
-    return events.session_linked(
-        session_id=session.id,
-        anonymous_id=session.anonymous_id,
-        user_id=session.user_id,
-        linked_at=session.linked_at,
-    )
+    return events.session_linked(session.linked())

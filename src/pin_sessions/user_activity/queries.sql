@@ -51,87 +51,96 @@ returning id, last_activity_at;
 -- partial unique index decides between racing starts: the losers extend the winner's session
 -- instead (the caller learns which happened by comparing the returned id with the :id it
 -- proposed). An Active session is only extended, whoever calls: only linking changes who is
--- on a device (SPEC §11). A new session is the signed-in caller's (:user_id, signed in at
+-- on a device. A new session is the signed-in caller's (:user_id, signed in at
 -- :signed_in_at) unless the device's latest link since that sign-in is another user's: then
--- it is a guest's. Linked, it takes the instant of its user's latest sign-in known on the
--- device, the key later links are ordered by (select_latest_link_since). A link that commits
--- while this runs either made the device's Active session, which this then extends, or waits
--- for this session and judges it.
+-- it is a guest's. Linked, it is linked now and takes the instant of its user's latest
+-- sign-in known on the device, the key later links are ordered by (select_latest_link_since).
+-- A link that commits while this runs either made the device's Active session, which this
+-- then extends, or waits for this session and judges it.
 with latest_link as (
-    select user_id, linked_at
+    select user_id, signed_in_at
     from user_activity.sessions
     where :user_id::uuid is not null and anonymous_id = :anonymous_id
-      and linked_at > :signed_in_at::timestamptz
-    order by linked_at desc, id desc
+      and signed_in_at > :signed_in_at::timestamptz
+    order by signed_in_at desc, id desc
     limit 1
 ),
 owner as (
     select :user_id::uuid as user_id,
-           coalesce((select linked_at from latest_link), :signed_in_at::timestamptz) as linked_at
+           coalesce((select signed_in_at from latest_link), :signed_in_at::timestamptz)
+               as signed_in_at
     where :user_id::uuid is not null
       and coalesce((select user_id from latest_link) = :user_id::uuid, true)
 )
 insert into user_activity.sessions
-    (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,
+    (id, anonymous_id, user_id, linked_at, signed_in_at, status, created_at, last_activity_at,
      device_user_agent, device_type, device_os, device_browser, device_ip)
-values (:id, :anonymous_id, (select user_id from owner), (select linked_at from owner),
-        'Active', :now, :now, :user_agent, :device_type, :os, :browser, :ip_address)
+values (:id, :anonymous_id, (select user_id from owner), (select :now::timestamptz from owner),
+        (select signed_in_at from owner), 'Active', :now, :now, :user_agent, :device_type, :os,
+        :browser, :ip_address)
 on conflict (anonymous_id) where status = 'Active'
 do update set last_activity_at = greatest(sessions.last_activity_at, excluded.last_activity_at)
-returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at;
+returning id, anonymous_id, user_id, linked_at, signed_in_at, status, created_at,
+          last_activity_at;
 
 -- === Linking a device's session to a user (linking.py) ===
 
 -- name: insert_session
--- A linker's new session, of :user_id linked at :linked_at (both null for a guest's): when
--- the device already has an Active one, nothing is inserted and the linker re-reads it
--- (INV-SES-001).
+-- A linker's new session, of :user_id signed in at :signed_in_at and linked :now (all null
+-- for a guest's): when the device already has an Active one, nothing is inserted and the
+-- linker re-reads it (INV-SES-001).
 insert into user_activity.sessions
-    (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,
+    (id, anonymous_id, user_id, linked_at, signed_in_at, status, created_at, last_activity_at,
      device_user_agent, device_type, device_os, device_browser, device_ip)
-values (:id, :anonymous_id, :user_id, :linked_at, 'Active', :now, :now, :user_agent,
-        :device_type, :os, :browser, :ip_address)
+values (:id, :anonymous_id, :user_id,
+        case when :user_id::uuid is not null then :now::timestamptz end, :signed_in_at,
+        'Active', :now, :now, :user_agent, :device_type, :os, :browser, :ip_address)
 on conflict (anonymous_id) where status = 'Active' do nothing
-returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at;
+returning id, anonymous_id, user_id, linked_at, signed_in_at, status, created_at,
+          last_activity_at;
 
 -- name: select_latest_link_since
--- SPEC §11: the device's latest link standing for a sign-in later than :since, and whose.
--- Every linked_at is the instant of the sign-in its link stands for (a token's auth_time, a
+-- The device's latest link standing for a sign-in later than :since, and whose. Every
+-- signed_in_at is the instant of the sign-in its link stands for (a token's auth_time, a
 -- sign-in event's SignedInAt), so this orders sign-ins whatever order their links arrived
 -- in. Through ix_sessions_anonymous_id: one device's sessions, bounded by retention.
-select user_id, linked_at
+select user_id, signed_in_at
 from user_activity.sessions
-where anonymous_id = :anonymous_id and linked_at > :since
-order by linked_at desc, id desc
+where anonymous_id = :anonymous_id and signed_in_at > :since
+order by signed_in_at desc, id desc
 limit 1;
 
 -- name: lock_active_session
 -- Link holds the device's Active session until it commits, so two users linking one device
 -- at once are serialised and the second sees the first one's outcome: its next statement
 -- (select_latest_link_since) reads the device's history with the first committed.
-select id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at
+select id, anonymous_id, user_id, linked_at, signed_in_at, status, created_at,
+       last_activity_at
 from user_activity.sessions
 where anonymous_id = :anonymous_id and status = 'Active'
 for update;
 
 -- name: link_session
--- INV-SES-002: user_id is set once, null → value.
+-- INV-SES-002: user_id is set once, null → value; linked now, for a sign-in at
+-- :signed_in_at. No row: the session is no longer Active (INV-SES-006).
 update user_activity.sessions
-set user_id = :user_id, linked_at = :linked_at
+set user_id = :user_id, linked_at = :now, signed_in_at = :signed_in_at
 where id = :id and status = 'Active' and user_id is null
-returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at;
+returning id, anonymous_id, user_id, linked_at, signed_in_at, status, created_at,
+          last_activity_at;
 
 -- name: insert_switched_session
 -- The session that replaces a force-closed one (:replaced): same device, parsed once, new
--- user; linked at :linked_at (the instant of the sign-in the link stands for), started :now.
+-- user; started and linked :now, for the sign-in at :signed_in_at.
 insert into user_activity.sessions
-    (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at,
+    (id, anonymous_id, user_id, linked_at, signed_in_at, status, created_at, last_activity_at,
      device_user_agent, device_type, device_os, device_browser, device_ip)
-select :id, anonymous_id, :user_id, :linked_at, 'Active', :now, :now,
+select :id, anonymous_id, :user_id, :now, :signed_in_at, 'Active', :now, :now,
        device_user_agent, device_type, device_os, device_browser, device_ip
 from user_activity.sessions
 where id = :replaced
-returning id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at;
+returning id, anonymous_id, user_id, linked_at, signed_in_at, status, created_at,
+          last_activity_at;
 
 -- === Closing sessions (closing.py: link's force-close and ActivityCloserJob) ===
 
@@ -143,7 +152,7 @@ set status = 'Inactive', ended_at = :ended_at, duration = last_activity_at - cre
 where id = any(:ids::uuid[])
   and status = 'Active'
   and (:idle_before::timestamptz is null or last_activity_at < :idle_before)
-returning id, anonymous_id, user_id, created_at, last_activity_at, duration, device_type;
+returning id, anonymous_id, user_id, created_at, last_activity_at, duration;
 
 -- name: close_open_views
 -- INV-LV-007: open views of closed sessions end at the session's last activity, never
@@ -204,6 +213,20 @@ on conflict (anonymous_id, key) do update
 set request_hash = excluded.request_hash, created_at = excluded.created_at, response = null
 where idempotency_keys.created_at <= :expired_before
 returning key;
+
+-- name: issue_anonymous_id
+-- The AnonymousId issued under a start's Idempotency-Key: :anonymous_id the first time, the
+-- same id for every repeat within its lifetime (a key issued before :expired_before is taken
+-- over, with a new id). One statement: a repeat racing the first waits on its uncommitted
+-- row, then reads the id that row committed with.
+insert into user_activity.issued_anonymous_ids as issued (key, anonymous_id, created_at)
+values (:key, :anonymous_id, :now)
+on conflict (key) do update
+set anonymous_id = case when issued.created_at <= :expired_before
+                        then excluded.anonymous_id else issued.anonymous_id end,
+    created_at = case when issued.created_at <= :expired_before
+                      then excluded.created_at else issued.created_at end
+returning anonymous_id;
 
 -- name: select_idempotency_key
 -- The first request's fingerprint and answer, for a repeat of its key.
@@ -273,10 +296,10 @@ where rank <= :per_session
 order by session_id, started_at, id;
 
 -- name: count_open_sessions
--- Sessions open right now, bots left out as dev-stats leaves them out (closing.py); through
--- the partial index of Active sessions.
+-- Sessions open right now, every device's as dev-stats counts every closed one (each close
+-- publishes session-ended); through the partial index of Active sessions.
 select count(*) from user_activity.sessions
-where status = 'Active' and device_type <> 'Bot';
+where status = 'Active';
 
 -- name: select_device_link
 -- The device's current link: its latest session.
@@ -327,16 +350,32 @@ delete from user_activity.property_object_views where session_id = any(:session_
 delete from user_activity.sessions where id = any(:session_ids::uuid[]) and status = 'Inactive';
 
 -- name: delete_expired_idempotency_keys
--- Keys created before :expired_before (past their 24 hours), a bounded batch at a time; SKIP
--- LOCKED leaves a key a request is taking over.
-delete from user_activity.idempotency_keys
-where (anonymous_id, key) in (
-    select anonymous_id, key from user_activity.idempotency_keys
-    where created_at <= :expired_before
-    order by created_at
-    limit :batch_size
-    for update skip locked
-);
+-- Keys created before :expired_before (past their 24 hours), a bounded batch of each kind at a
+-- time: the actions' and views' reservations and the AnonymousIds issued to starts. SKIP
+-- LOCKED leaves a key a request is taking over. The total is short of :batch_size only when
+-- both tables are.
+with reservations as (
+    delete from user_activity.idempotency_keys
+    where (anonymous_id, key) in (
+        select anonymous_id, key from user_activity.idempotency_keys
+        where created_at <= :expired_before
+        order by created_at
+        limit :batch_size
+        for update skip locked
+    )
+    returning 1
+), issued as (
+    delete from user_activity.issued_anonymous_ids
+    where key in (
+        select key from user_activity.issued_anonymous_ids
+        where created_at <= :expired_before
+        order by created_at
+        limit :batch_size
+        for update skip locked
+    )
+    returning 1
+)
+select (select count(*) from reservations) + (select count(*) from issued);
 
 -- === A user's data: the export (SPEC §10) ===
 
@@ -382,13 +421,27 @@ insert into user_activity.erased_users (user_digest, erased_at)
 values (:user_digest, :erased_at)
 on conflict (user_digest) do nothing;
 
--- name: end_erased_user_sessions
--- The erased user's Active sessions end without session-ended (SPEC §10): they are about to
--- go, and dev-stats is dropping the user's id anyway. Once Inactive, no heartbeat, closer or
--- request touches them again (INV-SES-006); a device that comes back starts a new session.
-update user_activity.sessions
-set status = 'Inactive', ended_at = :ended_at, duration = last_activity_at - created_at
-where user_id = :user_id and status = 'Active';
+-- name: lock_erased_user_active_sessions
+-- The erased user's Active sessions, locked so that no heartbeat, link or closer changes them
+-- before they go in this transaction. A closer that holds one first finishes its close (with
+-- its session-ended, as any close has); this statement then no longer finds it Active, and
+-- the batches below delete it with the rest.
+select id from user_activity.sessions
+where user_id = :user_id and status = 'Active'
+for update;
+
+-- name: delete_active_session_actions
+-- The locked Active sessions' actions: their children go first (ON DELETE RESTRICT).
+delete from user_activity.action_events where session_id = any(:session_ids::uuid[]);
+
+-- name: delete_active_session_views
+-- The locked Active sessions' views, the other children.
+delete from user_activity.property_object_views where session_id = any(:session_ids::uuid[]);
+
+-- name: delete_active_sessions
+-- Deleted, never closed: a session is closed by the closer or a link alone, and a deleted one
+-- publishes nothing. A device that comes back starts a new session.
+delete from user_activity.sessions where id = any(:session_ids::uuid[]);
 
 -- name: delete_erased_user_actions
 -- One bounded batch of the user's actions: children go first, since they reference their

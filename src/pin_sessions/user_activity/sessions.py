@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 
@@ -19,12 +19,20 @@ from pin_sessions.platform.database import Connection, Database
 from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.outbox import append
 from pin_sessions.user_activity import repository
-from pin_sessions.user_activity.domain import DeviceInfo, SessionSnapshot, SignedInCaller
+from pin_sessions.user_activity.domain import (
+    DeviceInfo,
+    SessionSnapshot,
+    SessionStarted,
+    SignedInCaller,
+)
 from pin_sessions.user_activity.heartbeats import Heartbeats
 from pin_sessions.user_activity.linking import linked_event
 from pin_sessions.user_activity.user_data import refuse_erased
 
 log = structlog.get_logger(__name__)
+
+# How long a start's Idempotency-Key keeps the AnonymousId issued under it.
+ISSUED_ID_LIFETIME = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -46,9 +54,17 @@ async def start_session(
     caller: SignedInCaller | None,
     device: DeviceInfo,
     now: datetime,
+    *,
+    idempotency_key: str | None = None,
 ) -> Started:
-    """Start or continue the device's session (INV-SES-001)."""
-    anonymous_id = anonymous_id or new_id()
+    """Start or continue the device's session (INV-SES-001).
+
+    Without ``anonymous_id`` this context issues the device's AnonymousId; with an
+    ``idempotency_key``, every start sent with that key within ``ISSUED_ID_LIFETIME`` gets
+    the same id, and so the same session.
+    """
+    if anonymous_id is None:
+        anonymous_id = await _issue_anonymous_id(db, idempotency_key, now)
     if caller is None:
         # A guest's is one statement, never an event (only a user's new session publishes
         # one) and no tombstone to check: BEGIN and COMMIT would double its round trips.
@@ -69,7 +85,7 @@ async def callers_session(
 
     A Bearer token does not make the device its user's: a stale tab (a token of a user
     another has signed in after, on this device) would otherwise take the device back from
-    the later sign-in. Who is on the device changes by linking alone (SPEC §11).
+    the later sign-in. Who is on the device changes by linking alone.
     """
     await refuse_erased(conn, None if caller is None else caller.user_id)
     return await active_session(conn, anonymous_id, device, now, caller=caller)
@@ -87,20 +103,14 @@ async def active_session(
 
     One statement: racing callers all end on the one session the partial unique index let
     in, each loser extending the winner's. The session is extended as it is, whoever calls:
-    only linking changes who is on a device (SPEC §11). A new session is ``caller``'s,
+    only linking changes who is on a device. A new session is ``caller``'s,
     unless another user linked the device after the caller's sign-in: then a guest's.
     """
     session, created = await repository.continue_or_start(
         conn, anonymous_id, device, now, caller=caller
     )
     if created:
-        # The logging processor masks clientIp to its /24 (/48); it is never written whole.
-        log.info(
-            "user-activity session started",
-            sessionId=str(session.id),
-            deviceType=device.device_type.value,
-            clientIp=device.ip_address,
-        )
+        _log_started(session.started(), device)
         if session.user_id is not None:
             await append(conn, linked_event(session), now=now)
         elif caller is not None:
@@ -111,6 +121,28 @@ async def active_session(
                 signedInAt=caller.signed_in_at.isoformat(),
             )
     return Started(session, created=created)
+
+
+async def _issue_anonymous_id(db: Database, key: str | None, now: datetime) -> uuid.UUID:
+    """A new AnonymousId, or the one issued to an earlier start with the same key."""
+    if key is None:
+        return new_id()
+    async with db.connection() as conn:
+        return await repository.issue_anonymous_id(
+            conn, key, new_id(), now, expired_before=now - ISSUED_ID_LIFETIME
+        )
+
+
+def _log_started(started: SessionStarted, device: DeviceInfo) -> None:
+    # The logging processor masks clientIp to its /24 (/48); it is never written whole.
+    log.info(
+        "session started",
+        sessionId=str(started.session_id),
+        anonymousId=str(started.anonymous_id),
+        userId=None if started.user_id is None else str(started.user_id),
+        deviceType=device.device_type.value,
+        clientIp=device.ip_address,
+    )
 
 
 # Who is calling and from which device: read only when a heartbeat must start a session.

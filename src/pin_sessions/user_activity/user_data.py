@@ -1,10 +1,12 @@
 """A user's data in user-activity: export and erasure (SPEC §10).
 
 Erasure arrives as ``pin.identity.user-erased.v1`` (``consumers.UserErasedConsumer``). It
-first writes the tombstone and ends the user's Active sessions, in one short transaction
-under the user's exclusive lock (``platform.erasure``), then deletes the user's actions,
-views and sessions in bounded batches, each its own transaction, so a heavy user never
-holds many locks for long. Every writer of a user's rows takes the shared lock and asks
+first writes the tombstone and deletes the user's Active sessions with their actions and
+views, in one short transaction under the user's exclusive lock (``platform.erasure``): an
+Active session is deleted, never closed, since only the closer and a link close a session
+and a deleted one publishes nothing. Then it deletes the rest of the user's actions, views
+and sessions in bounded batches, each its own transaction, so a heavy user never holds
+many locks for long. Every writer of a user's rows takes the shared lock and asks
 ``refuse_erased`` first, so once the tombstone is there nothing links to the user again.
 """
 
@@ -47,15 +49,14 @@ async def refuse_erased(conn: Connection, user_id: uuid.UUID | None) -> None:
 async def erase_user(
     database: Database, user_id: uuid.UUID, now: datetime, *, batch_size: int
 ) -> int:
-    """Tombstone, end, then delete everything of the user; returns the rows deleted.
+    """Tombstone, then delete everything of the user; returns the rows deleted.
 
     Safe to run again, and to run beside any request or job: a second run finds the
     tombstone in place and nothing left to delete.
     """
     async with database.transaction() as conn:
         await repository.TOMBSTONES.bury(conn, user_id, now)
-        await repository.end_erased_user_sessions(conn, user_id, now)
-    deleted = 0
+        deleted = await repository.delete_erased_user_active_sessions(conn, user_id)
     for delete in repository.ERASURE_DELETES:
         batch = partial(
             repository.delete_erased_user_rows,

@@ -11,9 +11,10 @@ from pin_sessions.platform.database import Connection
 
 INSERT_SESSIONS = """
 insert into user_activity.sessions
-    (id, anonymous_id, user_id, linked_at, status, created_at, last_activity_at, ended_at,
-     duration, device_user_agent, device_type)
+    (id, anonymous_id, user_id, linked_at, signed_in_at, status, created_at, last_activity_at,
+     ended_at, duration, device_user_agent, device_type)
 select gen_random_uuid(), gen_random_uuid(), $1,
+       case when $1::uuid is null then null else $2::timestamptz end,
        case when $1::uuid is null then null else $2::timestamptz end,
        $4::varchar, $2, $3,
        case when $4::varchar = 'Inactive' then $3::timestamptz end,

@@ -229,3 +229,24 @@ async def test_idempotency_keys_past_their_24_hours_are_deleted_and_newer_ones_k
     async with runtime.database.connection() as conn:
         assert await conn.fetchval("select count(*) from user_activity.idempotency_keys") == 2
     assert registry.get_sample_value(DELETED_TOTAL, {"table": "idempotency_keys"}) == 3
+
+
+async def test_anonymous_ids_issued_to_starts_expire_with_the_other_keys(
+    runtime: Runtime, registry: CollectorRegistry
+) -> None:
+    """A first start's key answers repeats for 24 hours; then it goes with the others."""
+    now = runtime.clock.now()
+    insert = """
+        insert into user_activity.issued_anonymous_ids (key, anonymous_id, created_at)
+        select 'k' || n || $3, gen_random_uuid(), $1 from generate_series(1, $2) as n
+    """
+    async with runtime.database.connection() as conn:
+        await conn.execute(insert, now - timedelta(hours=24, seconds=1), 4, "old")
+        await conn.execute(insert, now - timedelta(hours=23), 1, "new")
+
+    result = await retain_once(runtime, registry)
+
+    assert result.count("idempotencyKeysDeleted") == 4
+    async with runtime.database.connection() as conn:
+        kept = await conn.fetch("select key from user_activity.issued_anonymous_ids")
+    assert [row["key"] for row in kept] == ["k1new"]

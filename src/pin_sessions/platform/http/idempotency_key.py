@@ -43,16 +43,19 @@ async def idempotency_key(request: Request) -> str | None:
 IdempotencyKey = Annotated[str | None, Depends(idempotency_key)]
 
 
-def idempotency_key_parameter() -> dict[str, Any]:
+RECORD_ONCE = (
+    "1 to 64 printable ASCII characters; a repeat with the same key from the same "
+    "device within 24 hours records nothing new and gets the first answer"
+)
+
+
+def idempotency_key_parameter(description: str = RECORD_ONCE) -> dict[str, Any]:
     """The header's OpenAPI parameter; read by hand, so a bad one is a 400, never a 422."""
     return {
         "name": IDEMPOTENCY_KEY_HEADER,
         "in": "header",
         "required": False,
-        "description": (
-            "1 to 64 printable ASCII characters; a repeat with the same key from the same "
-            "device within 24 hours records nothing new and gets the first answer"
-        ),
+        "description": description,
         "schema": {
             "type": "string",
             "minLength": 1,

@@ -14,9 +14,10 @@ claim and in the DELETE, and an Inactive session never changes again (INV-SES-00
 gains no new children. The job runner (:mod:`pin_sessions.platform.jobs`) repeats the
 batches, reading ``stop`` and ``max_run_duration`` between them.
 
-A second phase deletes ``Idempotency-Key`` reservations past their 24 hours
-(``user_activity.idempotency``), in batches of the same size: they answer no repeat any more,
-and the table would otherwise keep one row per keyed request forever.
+A second phase deletes ``Idempotency-Key`` reservations past their 24 hours, in batches of
+the same size: the actions' and views' (``user_activity.idempotency``) and the AnonymousIds
+issued to keyed starts (``user_activity.sessions``). They answer no repeat any more, and the
+tables would otherwise keep one row per keyed request forever.
 """
 
 from __future__ import annotations

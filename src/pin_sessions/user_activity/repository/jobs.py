@@ -62,8 +62,9 @@ async def delete_retired(conn: Connection, session_ids: list[uuid.UUID]) -> dict
 async def delete_expired_idempotency_keys(
     conn: Connection, expired_before: datetime, batch_size: int
 ) -> int:
-    """At most ``batch_size`` keys created before ``expired_before``: how many went."""
-    status = await QUERIES.delete_expired_idempotency_keys.execute(
+    """At most ``batch_size`` keys of each kind created before ``expired_before``: how many
+    went."""
+    deleted: int = await QUERIES.delete_expired_idempotency_keys.fetchval(
         conn, expired_before=expired_before, batch_size=batch_size
     )
-    return rows_affected(status)
+    return deleted

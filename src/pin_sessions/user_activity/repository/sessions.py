@@ -11,11 +11,13 @@ from pin_sessions.platform.ids import new_id
 from pin_sessions.user_activity.domain import (
     DeviceInfo,
     DeviceLink,
+    EndedSession,
     ExtendedSession,
     SessionSnapshot,
     SessionStatus,
     SignedInCaller,
 )
+from pin_sessions.user_activity.errors import SessionAlreadyEnded
 from pin_sessions.user_activity.repository.loaded import QUERIES
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ def snapshot(row: Any) -> SessionSnapshot:
         anonymous_id=row["anonymous_id"],
         user_id=row["user_id"],
         linked_at=row["linked_at"],
+        signed_in_at=row["signed_in_at"],
         status=SessionStatus(row["status"]),
         created_at=row["created_at"],
         last_activity_at=row["last_activity_at"],
@@ -74,7 +77,7 @@ async def continue_or_start(
     """The device's Active session, extended as it is, or a new one; True when started.
 
     A new session is ``caller``'s, unless another user linked the device since the
-    caller's sign-in: then it is a guest's (SPEC §11).
+    caller's sign-in: then it is a guest's.
     """
     proposed = new_id()
     row = await QUERIES.continue_or_start_session.fetchrow(
@@ -102,15 +105,15 @@ async def insert_session(
     *,
     link: DeviceLink | None = None,
 ) -> SessionSnapshot | None:
-    """A new Active session, a guest's or ``link``'s; None when the device already has one
-    (INV-SES-001)."""
+    """A new Active session, a guest's or ``link``'s (linked ``now``); None when the device
+    already has one (INV-SES-001)."""
     row = await QUERIES.insert_session.fetchrow(
         conn,
         id=new_id(),
         anonymous_id=anonymous_id,
         user_id=None if link is None else link.user_id,
-        linked_at=None if link is None else link.linked_at,
         now=now,
+        signed_in_at=None if link is None else link.signed_in_at,
         user_agent=device.user_agent,
         device_type=device.device_type.value,
         os=device.os,
@@ -127,7 +130,7 @@ async def latest_link_since(
     row = await QUERIES.select_latest_link_since.fetchrow(
         conn, anonymous_id=anonymous_id, since=since
     )
-    return None if row is None else DeviceLink(row["user_id"], row["linked_at"])
+    return None if row is None else DeviceLink(row["user_id"], row["signed_in_at"])
 
 
 async def lock_active_session(conn: Connection, anonymous_id: uuid.UUID) -> SessionSnapshot | None:
@@ -137,12 +140,17 @@ async def lock_active_session(conn: Connection, anonymous_id: uuid.UUID) -> Sess
 
 
 async def link_session(
-    conn: Connection, session_id: uuid.UUID, link: DeviceLink
+    conn: Connection, session_id: uuid.UUID, link: DeviceLink, now: datetime
 ) -> SessionSnapshot:
-    """The unlinked Active session, now ``link``'s; the caller holds its row (INV-SES-002)."""
+    """The unlinked Active session, linked ``now`` to ``link``'s user (INV-SES-002).
+
+    ``SessionAlreadyEnded`` when it is no longer Active (INV-SES-006).
+    """
     row = await QUERIES.link_session.fetchrow(
-        conn, id=session_id, user_id=link.user_id, linked_at=link.linked_at
+        conn, id=session_id, user_id=link.user_id, now=now, signed_in_at=link.signed_in_at
     )
+    if row is None:
+        raise SessionAlreadyEnded()
     return snapshot(row)
 
 
@@ -155,7 +163,7 @@ async def insert_switched_session(
         id=new_id(),
         replaced=replaced,
         user_id=link.user_id,
-        linked_at=link.linked_at,
+        signed_in_at=link.signed_in_at,
         now=now,
     )
     return snapshot(row)
@@ -166,12 +174,23 @@ async def close_sessions(
     session_ids: Sequence[uuid.UUID],
     now: datetime,
     idle_before: datetime | None,
-) -> list[asyncpg.Record]:
+) -> list[EndedSession]:
     """Those of ``session_ids`` still Active (and idle before ``idle_before``, when given)
-    → Inactive at ``now``: one row each, what their session-ended events say."""
-    return await QUERIES.close_sessions.fetch(
+    → Inactive at ``now``: each as its close left it, what its session-ended says."""
+    rows = await QUERIES.close_sessions.fetch(
         conn, ids=list(session_ids), ended_at=now, idle_before=idle_before
     )
+    return [
+        EndedSession(
+            id=row["id"],
+            anonymous_id=row["anonymous_id"],
+            user_id=row["user_id"],
+            created_at=row["created_at"],
+            last_activity_at=row["last_activity_at"],
+            duration=row["duration"],
+        )
+        for row in rows
+    ]
 
 
 async def close_open_views(
@@ -179,3 +198,19 @@ async def close_open_views(
 ) -> list[asyncpg.Record]:
     """The open views of closed sessions end with them: one row each, for their events."""
     return await QUERIES.close_open_views.fetch(conn, session_ids=list(session_ids))
+
+
+async def issue_anonymous_id(
+    conn: Connection,
+    key: str,
+    proposed: uuid.UUID,
+    now: datetime,
+    *,
+    expired_before: datetime,
+) -> uuid.UUID:
+    """The AnonymousId issued under a start's ``key``: ``proposed`` unless a start with the
+    same key, issued after ``expired_before``, got one first."""
+    issued: uuid.UUID = await QUERIES.issue_anonymous_id.fetchval(
+        conn, key=key, anonymous_id=proposed, now=now, expired_before=expired_before
+    )
+    return issued

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pin_sessions.platform.batching import rows_affected
@@ -34,9 +33,21 @@ ERASURE_DELETES = (
 )
 
 
-async def end_erased_user_sessions(conn: Connection, user_id: uuid.UUID, now: datetime) -> None:
-    """The erased user's Active sessions become Inactive, publishing nothing (SPEC §10)."""
-    await QUERIES.end_erased_user_sessions.execute(conn, user_id=user_id, ended_at=now)
+async def delete_erased_user_active_sessions(conn: Connection, user_id: uuid.UUID) -> int:
+    """The erased user's Active sessions and their children, deleted without a close; the
+    caller's transaction holds them from the first statement. How many rows went."""
+    rows = await QUERIES.lock_erased_user_active_sessions.fetch(conn, user_id=user_id)
+    session_ids = [row["id"] for row in rows]
+    if not session_ids:
+        return 0
+    deletes = (
+        QUERIES.delete_active_session_actions,
+        QUERIES.delete_active_session_views,
+        QUERIES.delete_active_sessions,
+    )
+    return sum(
+        [rows_affected(await delete.execute(conn, session_ids=session_ids)) for delete in deletes]
+    )
 
 
 async def delete_erased_user_rows(
