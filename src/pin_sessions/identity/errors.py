@@ -51,6 +51,10 @@ class TooManySignInRequests(IdentityError):
     code = "IDENTITY_TOO_MANY_REQUESTS"
     status = 429
     title = "Too many sign-in requests"
+    advice = (
+        "Too many codes were asked for this phone, from this address, or by everyone at once. "
+        "Wait the Retry-After seconds before asking again."
+    )
 
 
 class CodeDeliveryFailed(IdentityError):
@@ -59,42 +63,64 @@ class CodeDeliveryFailed(IdentityError):
     code = "IDENTITY_CODE_DELIVERY_FAILED"
     status = 503
     title = "The sign-in code could not be sent"
+    advice = (
+        "The SMS could not be sent; nothing was counted against the phone's limit. Ask for a "
+        "code again in a moment."
+    )
 
 
 class ConfirmationNotFound(IdentityError):
     code = "IDENTITY_CONFIRMATION_NOT_FOUND"
     status = 404
     title = "No such sign-in request"
+    advice = (
+        "No sign-in request has this requestId. Ask for a new code with POST "
+        "/api/identity/sign-in/requests."
+    )
 
 
 class ConfirmationExpired(IdentityError):
     code = "IDENTITY_CONFIRMATION_EXPIRED"
     status = 410
     title = "The sign-in request has expired"
+    advice = "A code is valid for 5 minutes and this one's time is over. Ask for a new code."
 
 
 class ConfirmationAlreadyUsed(IdentityError):
     code = "IDENTITY_CONFIRMATION_ALREADY_USED"
     status = 409
     title = "The sign-in request has already been confirmed"
+    advice = (
+        "This sign-in request was already confirmed; a code signs in once. Ask for a new code "
+        "to sign in again."
+    )
 
 
 class InvalidConfirmationCode(IdentityError):
     code = "IDENTITY_CONFIRMATION_INVALID_CODE"
     status = 400
     title = "The code is wrong"
+    advice = (
+        "The code does not match. Check the SMS and try again; after 5 wrong codes the "
+        "request is closed."
+    )
 
 
 class ConfirmationAttemptsExceeded(IdentityError):
     code = "IDENTITY_CONFIRMATION_ATTEMPTS_EXCEEDED"
     status = 429
     title = "Too many wrong codes for this sign-in request"
+    advice = "5 wrong codes were sent for this request, which is now closed. Ask for a new code."
 
 
 class SessionNotFound(IdentityError):
     code = "IDENTITY_SESSION_NOT_FOUND"
     status = 401
     title = "No such session"
+    advice = (
+        "No session matches this refresh token (or, when revoking by id, none of your Active "
+        "sessions has this id). Sign in again."
+    )
 
 
 class OwnSessionNotFound(SessionNotFound):
@@ -107,42 +133,53 @@ class SessionExpired(IdentityError):
     code = "IDENTITY_SESSION_EXPIRED"
     status = 401
     title = "The session has expired"
+    advice = "The session's 30 days are over. Sign in again."
 
 
 class SessionRevoked(IdentityError):
     code = "IDENTITY_SESSION_REVOKED"
     status = 401
     title = "The session has been revoked"
+    advice = "The session was signed out or revoked. Sign in again."
 
 
 class RefreshTokenReused(IdentityError):
     code = "IDENTITY_REFRESH_TOKEN_REUSED"
     status = 401
     title = "The refresh token was used again; every session of its family is revoked"
+    advice = (
+        "An already used refresh token was presented again, so every session of its family "
+        "was revoked to protect the account. Sign in again, and keep only the newest refresh "
+        "token."
+    )
 
 
 class UnknownPhoneNumber(IdentityError):
     code = "IDENTITY_USER_NOT_FOUND"
     status = 404
     title = "No user has this phone number"
+    advice = "No such user: no account has this phone number, or the account was erased."
 
 
 class UnknownClient(IdentityError):
     code = "IDENTITY_CLIENT_NOT_FOUND"
     status = 404
     title = "No service client has this id"
+    advice = "No service client has this id; list them with pin-sessions clients list."
 
 
 class ClientNotActive(IdentityError):
     code = "IDENTITY_CLIENT_DISABLED"
     status = 409
     title = "The service client is disabled"
+    advice = "The service client is disabled; an operator registers a new one or uses another."
 
 
 class AmbiguousClient(IdentityError):
     code = "IDENTITY_CLIENT_AMBIGUOUS"
     status = 409
     title = "Several service clients have this name"
+    advice = "Several service clients have this name; name the client by its id."
 
 
 class OAuthError(Exception):
@@ -203,3 +240,7 @@ class RecentSignInRequired(IdentityError):
     code = "IDENTITY_RECENT_SIGN_IN_REQUIRED"
     status = 401
     title = "Sign in again to do this"
+    advice = (
+        "This needs an access token issued in the last 10 minutes. Sign in again, then repeat "
+        "the request."
+    )

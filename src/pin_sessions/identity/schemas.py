@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pin_sessions.identity.operations import TokenPair
-from pin_sessions.platform.phone_numbers import E164_PATTERN
+from pin_sessions.platform.http.validation import documented_pattern, pattern_check
+from pin_sessions.platform.phone_numbers import E164_IN_WORDS, E164_PATTERN
 
 MAX_REFRESH_TOKEN_LENGTH = 256
 # A code of any other shape is simply a wrong code (400, one attempt used), not a 422 that
@@ -34,7 +35,12 @@ class NoFieldsBody(_Body):
 
 
 class SignInRequestBody(_Body):
-    phone_number: Annotated[str, Field(pattern=E164_PATTERN, description="E.164")]
+    phone_number: Annotated[
+        str,
+        pattern_check(E164_PATTERN, E164_IN_WORDS),
+        documented_pattern(E164_PATTERN),
+        Field(description="The phone to text the code to, in E.164 form"),
+    ]
 
 
 class SignInRequestOut(_Out):

@@ -11,11 +11,16 @@ from pin_sessions.platform.errors import Forbidden, Unauthorized
 class AuthenticationRequired(Unauthorized):
     code = "AUTH_REQUIRED"
     title = "Authentication required"
+    advice = "Send Authorization: Bearer <access token>, or X-Anonymous-Id where a guest may call."
 
 
 class SessionNotActive(Unauthorized):
     code = "AUTH_SESSION_NOT_ACTIVE"
     title = "The session of this token is no longer active"
+    advice = (
+        "The token's session was signed out, revoked or expired (or the user erased). Sign in "
+        "again."
+    )
 
 
 class ClientDisabled(Unauthorized):
@@ -23,6 +28,10 @@ class ClientDisabled(Unauthorized):
 
     code = "AUTH_CLIENT_DISABLED"
     title = "The client of this token is disabled"
+    advice = (
+        "The service client of this token has been disabled by an operator. Ask them to "
+        "enable it or to register a new client."
+    )
 
 
 class UserTokenRequired(Unauthorized):
@@ -30,6 +39,7 @@ class UserTokenRequired(Unauthorized):
 
     code = "AUTH_USER_TOKEN_REQUIRED"
     title = "A user's access token is required"
+    advice = "A user acts here: send a user's access token, not a service's."
 
 
 class WrongTokenKind(Forbidden):
@@ -37,13 +47,22 @@ class WrongTokenKind(Forbidden):
 
     code = "AUTH_WRONG_TOKEN_KIND"
     title = "This kind of token is not accepted here"
+    advice = "This internal route takes a service's token (POST /oauth/token), not a user's."
 
 
 class MissingScope(Forbidden):
     code = "AUTH_MISSING_SCOPE"
     title = "The token lacks the required scope"
+    advice = (
+        "The service's token lacks the scope this route needs; request a token with it (the "
+        "client must be allowed that scope)."
+    )
 
 
 class MissingPermission(Forbidden):
     code = "AUTH_MISSING_PERMISSION"
     title = "The user lacks the required permission"
+    advice = (
+        "The user lacks the permission this route needs; an operator grants it (pin-sessions "
+        "users grant)."
+    )

@@ -46,6 +46,11 @@ _REQUIRED_CLAIMS = ["iss", "aud", "sub", "jti", "iat", "exp"]
 class InvalidToken(Unauthorized):
     code = "AUTH_INVALID_TOKEN"
     title = "The bearer token is not valid"
+    advice = (
+        "The bearer token is malformed, expired, signed by an unknown key, or issued for "
+        "another audience or issuer. Get a new access token (refresh, or POST /oauth/token "
+        "for a service)."
+    )
 
 
 @dataclass(frozen=True)

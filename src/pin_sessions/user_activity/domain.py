@@ -18,6 +18,7 @@ from pin_sessions.platform.devices import DeviceType, parse_user_agent, truncate
 from pin_sessions.user_activity.errors import SessionAlreadyEnded
 
 ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9._-]{1,64}$")
+ACTION_TYPE_IN_WORDS = "1 to 64 lower-case letters, digits, '.', '_' or '-', e.g. favorites.add"
 ACTION_DATA_MAX_BYTES = 8 * 1024
 
 

@@ -14,8 +14,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from pin_sessions.platform.http.validation import documented_pattern, pattern_check
 from pin_sessions.user_activity.domain import (
     ACTION_DATA_MAX_BYTES,
+    ACTION_TYPE_IN_WORDS,
     ACTION_TYPE_PATTERN,
     action_data_fits,
     has_nul_character,
@@ -47,7 +49,12 @@ class EndViewRequest(_Request):
 
 
 class ActionRequest(_Request):
-    type: Annotated[str, Field(max_length=64, pattern=ACTION_TYPE_PATTERN.pattern)]
+    type: Annotated[
+        str,
+        pattern_check(ACTION_TYPE_PATTERN.pattern, ACTION_TYPE_IN_WORDS),
+        documented_pattern(ACTION_TYPE_PATTERN.pattern),
+        Field(max_length=64, description="What the visitor did, e.g. `favorites.add`"),
+    ]
     property_object_id: uuid.UUID | None = None
     data: Any = None
 

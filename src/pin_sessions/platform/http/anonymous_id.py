@@ -25,12 +25,20 @@ class AnonymousIdInvalid(AppError):
     code = "USER_ACTIVITY_ANONYMOUS_ID_INVALID"
     status = 400
     title = "The AnonymousId must be a UUID other than the nil UUID"
+    advice = (
+        "X-Anonymous-Id must be a UUID (not the nil UUID). Send the anonymousId the service "
+        "issued to this device at its first start."
+    )
 
 
 class AnonymousIdRequired(AppError):
     code = "USER_ACTIVITY_ANONYMOUS_ID_REQUIRED"
     status = 400
     title = "X-Anonymous-Id is required"
+    advice = (
+        "This operation acts on a device: send X-Anonymous-Id, the anonymousId issued by POST "
+        "/api/user-activity/sessions/start."
+    )
 
 
 def parse_anonymous_id(text: str) -> uuid.UUID | None:

@@ -20,6 +20,7 @@ from pin_sessions.platform.http.health import metrics_router
 from pin_sessions.platform.http.health import router as health_router
 from pin_sessions.platform.http.middleware import QUIET_PATHS, RequestContextMiddleware
 from pin_sessions.platform.http.openapi import install_problem_schema
+from pin_sessions.platform.http.problem_types import router as problem_types_router
 from pin_sessions.platform.http.problems import install_problem_handlers
 from pin_sessions.platform.http.wiring import AppServices, ContextServices, HttpServices, install
 from pin_sessions.platform.metrics import HttpMetrics
@@ -89,12 +90,21 @@ def create_http_app(
         },
     )
     view = runtime.registry if metrics_view is None else metrics_view
-    install(app, AppServices(services, view, ContextServices(contexts)))
+    install(
+        app,
+        AppServices(
+            services,
+            view,
+            ContextServices(contexts),
+            public_url=settings.effective_public_url,
+        ),
+    )
     install_problem_handlers(app)
     install_problem_schema(app)
     if settings.serves_docs:
         install_offline_docs(app, openapi_url=OPENAPI_PATH)
     app.include_router(health_router)
+    app.include_router(problem_types_router)
     if settings.serves_metrics_on_api_port:
         app.include_router(metrics_router)
     for router in routers:

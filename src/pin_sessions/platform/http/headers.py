@@ -25,6 +25,10 @@ class DuplicateHeader(AppError):
     code = "DUPLICATE_HEADER"
     status = 400
     title = "A header that takes one value was given more than once"
+    advice = (
+        "A header that takes one value (X-Anonymous-Id, Idempotency-Key, Authorization) was "
+        "sent more than once. Send it once."
+    )
 
 
 def single_header(request: Request, name: str) -> str | None:

@@ -28,6 +28,7 @@ class IdempotencyKeyInvalid(AppError):
     code = "USER_ACTIVITY_IDEMPOTENCY_KEY_INVALID"
     status = 400
     title = "Idempotency-Key must be 1 to 64 printable ASCII characters"
+    advice = "Idempotency-Key must be 1 to 64 printable ASCII characters, e.g. a random UUID."
 
 
 async def idempotency_key(request: Request) -> str | None:

@@ -32,7 +32,11 @@ PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["type", "title", "status", "detail", "instance", "code"],
     "properties": {
-        "type": {"type": "string", "description": "`urn:problem:pin:<code>`"},
+        "type": {
+            "type": "string",
+            "format": "uri",
+            "description": "The page that explains the code: `<public URL>/problems/<code>`",
+        },
         "title": {"type": "string"},
         "status": {"type": "integer", "minimum": 400, "maximum": 599},
         "detail": {"type": "string"},
@@ -41,13 +45,16 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         "requestId": {"type": "string", "description": "Also in `X-Request-Id` and the log"},
         "errors": {
             "type": "array",
-            "description": "What failed validation (422); the input itself is never echoed",
+            "description": (
+                "What failed validation (422): each field, and in words what it expects; the "
+                "input itself is never echoed"
+            ),
             "items": {
                 "type": "object",
+                "required": ["field", "message"],
                 "properties": {
-                    "loc": {"type": "array", "items": {"type": ["string", "integer"]}},
-                    "msg": {"type": "string"},
-                    "type": {"type": "string"},
+                    "field": {"type": "string", "description": "e.g. `phoneNumber`"},
+                    "message": {"type": "string", "description": "e.g. `is required`"},
                 },
             },
         },

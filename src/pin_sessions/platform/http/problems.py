@@ -20,6 +20,9 @@ from pin_sessions.platform.errors import (
     PayloadTooLarge,
     ValidationFailed,
 )
+from pin_sessions.platform.http.problem_types import problem_type_url
+from pin_sessions.platform.http.validation import field_errors
+from pin_sessions.platform.http.wiring import public_url_of
 
 log = structlog.get_logger(__name__)
 
@@ -44,7 +47,7 @@ def problem_response(
     """
     status = status or error.status
     body: dict[str, Any] = {
-        "type": f"urn:problem:pin:{error.code}",
+        "type": problem_type_url(_public_url(request), error.code),
         "title": error.title,
         "status": status,
         "detail": detail or (error.detail if isinstance(error, AppError) else error.title),
@@ -67,6 +70,12 @@ def problem_response(
     )
 
 
+def _public_url(request: Request) -> str:
+    """The service's public URL, which problem types live under; the request's own base
+    where no app has said it (an answer given before routing)."""
+    return public_url_of(request.scope.get("app")) or str(request.base_url)
+
+
 def app_error_response(request: Request, exc: AppError) -> JSONResponse:
     """The answer to one of our errors, logged when it is the service's fault."""
     if exc.status >= 500:
@@ -81,14 +90,12 @@ async def _app_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [
-        # The offending input is never echoed back: it may be a phone number or a code.
-        {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type")}
-        for error in exc.errors()
-    ]
-    if any(error["type"] == "json_invalid" for error in errors):
+    found = exc.errors()
+    if any(error.get("type") == "json_invalid" for error in found):
         return problem_response(request, MalformedRequest, detail="request body is not valid JSON")
-    return problem_response(request, ValidationFailed, extra={"errors": errors})
+    errors = field_errors(found)
+    detail = "; ".join(f"{error['field']} {error['message']}" for error in errors)
+    return problem_response(request, ValidationFailed, detail=detail, extra={"errors": errors})
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

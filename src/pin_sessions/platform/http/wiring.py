@@ -88,6 +88,8 @@ class AppServices:
     metrics_view: CollectorRegistry
     contexts: ContextServices = field(default_factory=ContextServices)
     readiness: Readiness = field(default_factory=Readiness)
+    # PIN_PUBLIC_URL, or the address the API listens on: where problem types are explained.
+    public_url: str = ""
 
 
 def install(app: Starlette, services: AppServices) -> None:
@@ -101,6 +103,13 @@ def app_services(app: Starlette) -> AppServices:
     if not isinstance(services, AppServices):
         raise TypeError(f"the app's services are a {type(services).__name__}")
     return services
+
+
+def public_url_of(app: object) -> str | None:
+    """The public URL of an app ``create_http_app`` built; None for any other (an answer
+    given before routing, a bare test app)."""
+    services = getattr(getattr(app, "state", None), "services", None)
+    return services.public_url or None if isinstance(services, AppServices) else None
 
 
 def request_services(request: Request) -> AppServices:
