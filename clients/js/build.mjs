@@ -3,7 +3,8 @@
 // the type declarations (one copy for `import`, one for `require`).
 //
 //   node build.mjs            dist/ (what `npm pack` ships)
-//   node build.mjs --service  dist/ and the copies the service serves from its package data
+//   node build.mjs --service  dist/ and the copies the service serves from its package data,
+//                             with the version it serves at /static/pin-tracker.<version>.iife.js
 //   node build.mjs --check    fails when the service's copies are not this source's build
 import { build } from "esbuild";
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -40,6 +41,12 @@ async function outputs() {
 }
 
 const files = await outputs();
+const { version } = JSON.parse(readFileSync("package.json", "utf8"));
+// The version names the immutable URL of the script tag, so it travels with the builds.
+files.push({
+  file: { path: "pin-tracker.version", contents: new TextEncoder().encode(`${version}\n`) },
+  service: "only",
+});
 const mode = process.argv[2];
 if (mode === "--check") {
   const stale = files.filter(({ service }) => service).map(({ file }) => file).filter((file) => {
@@ -55,7 +62,7 @@ if (mode === "--check") {
 }
 mkdirSync("dist", { recursive: true });
 for (const { file, service } of files) {
-  writeFileSync(file.path, file.contents);
+  if (service !== "only") writeFileSync(file.path, file.contents);
   if (mode === "--service" && service) {
     writeFileSync(join(SERVICE_STATIC, basename(file.path)), file.contents);
   }

@@ -42,6 +42,7 @@ SHOP_PAGE = b"""<!doctype html>
   const script = document.createElement("script");
   script.src = api + "/static/pin-tracker.iife.js";
   script.onload = () => {
+    if (params.has("manual")) return; // the test makes its own trackers
     window.pinTracker = PinTracker.createTracker({
       baseUrl: api, retryBaseMs: 20, retryMaxMs: 100,
       maxAttempts: Number(params.get("attempts") || 10),
@@ -142,7 +143,7 @@ async def test_a_page_on_a_listed_origin_tracks_through_real_preflights(
     assert (counts["sessions"], counts["actions"]) == (1, 1)
     async with runtime.database.connection() as conn:
         stored = await conn.fetchval("select anonymous_id::text from user_activity.sessions")
-    assert stored == anonymous_id  # the id the tracker made, not one the API issued
+    assert stored == anonymous_id  # the id the API issued, kept by the tracker
     assert await page.evaluate("() => window.escaped") == 0
 
 
@@ -207,6 +208,50 @@ async def test_closing_the_page_sends_its_last_heartbeat_across_origins_with_kee
 
     await wait_until(extended_and_answered, timeout=20)
     assert registry.get_sample_value("pin_http_requests_total", labels) == 1
+
+
+async def test_stop_sends_nothing_more_and_debug_names_the_cors_setting(
+    shopper: BrowserContext, api_origin: str
+) -> None:
+    """A page on an origin the API does not list: every request fails before any answer.
+    After ``stop()`` none leaves (it used to retry ten times); with ``debug`` the console
+    names the setting that would let this origin in."""
+    server, unlisted = serve_shop()
+    try:
+        page = await shopper.new_page()
+        posts: list[str] = []
+        page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+        console: list[str] = []
+        page.on("console", lambda message: console.append(message.text))
+        await page.goto(f"{unlisted}/?api={api_origin}&manual=1")
+        await page.wait_for_function("() => window.PinTracker")
+        status = await page.evaluate(
+            """api => {
+                const tracker = PinTracker.createTracker({
+                    baseUrl: api, retryBaseMs: 20, retryMaxMs: 50, maxAttempts: 10 });
+                tracker.stop();
+                return tracker.status;
+            }""",
+            api_origin,
+        )
+        assert status == "stopped"
+        # Ten tries at these delays take well under a second; give them five.
+        await page.wait_for_timeout(5_000)
+        assert posts == []
+
+        started = await page.evaluate(
+            """api => PinTracker.createTracker({ baseUrl: api, debug: true,
+                retryBaseMs: 20, retryMaxMs: 50, maxAttempts: 2 }).start()""",
+            api_origin,
+        )
+        assert started is None
+        failures = [line for line in console if "PIN_HTTP__CORS_ORIGINS" in line]
+        assert failures, console
+        assert unlisted in failures[0]
+        assert any("status: tracking" in line for line in console), console
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class FlakyNetwork:

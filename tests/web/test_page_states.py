@@ -218,6 +218,9 @@ async def test_every_state_of_the_dashboard_reads_true(
     empty = await dashboard_step(page, tmp_path, "03-dashboard-empty")
     assert empty["signOut"]
     assert "No closed sessions in this range" in empty["body"]
+    # No sessions, no durations: a dash, where it used to say "0 s".
+    for figure in ("#n-avg", "#n-p50", "#n-p90"):
+        assert await page.text_content(figure) == "—", figure
 
     await page.click("#sign-out")
     await page.wait_for_selector("#sign-in-panel:not([hidden])")

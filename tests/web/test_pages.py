@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import re
+from pathlib import Path
+
 import httpx
 import pytest
 from playwright.async_api import BrowserContext
@@ -12,6 +18,9 @@ from pin_sessions.platform.clock import FixedClock
 from pin_sessions.settings import load_settings
 from pin_sessions.web.http import STATIC_FILES, static_bytes
 from tests.support.http import LiveServer
+
+ROOT = Path(__file__).parents[2]
+CLIENT = ROOT / "clients" / "js"
 
 
 @pytest.mark.parametrize("name", ["pin-tracker.js", "pin-tracker.iife.js"])
@@ -76,3 +85,66 @@ async def test_the_api_docs_render_in_a_browser_from_this_server_alone(
     await page.wait_for_selector(".swagger-ui .info .title")
     assert "PIN Sessions" in (await page.text_content(".swagger-ui .info .title") or "")
     assert [url for url in requested if not url.startswith(api_url)] == []
+
+
+async def test_the_script_tag_build_revalidates_by_etag_and_is_gzipped_on_request(
+    http: httpx.AsyncClient,
+) -> None:
+    path = "/static/pin-tracker.iife.js"
+    plain = await http.get(path, headers={"Accept-Encoding": "identity"})
+    assert plain.status_code == 200
+    assert "content-encoding" not in plain.headers
+    assert plain.headers["cache-control"] == "no-cache"
+    assert plain.headers["etag"].startswith('"')
+    assert "accept-encoding" in plain.headers["vary"].lower()
+    again = await http.get(
+        path, headers={"Accept-Encoding": "identity", "If-None-Match": plain.headers["etag"]}
+    )
+    assert (again.status_code, again.content) == (304, b"")
+    assert again.headers["etag"] == plain.headers["etag"]
+
+    # httpx decodes the body: what crossed the wire is the gzip encoding of the same bytes.
+    zipped = await http.get(path, headers={"Accept-Encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip"
+    assert int(zipped.headers["content-length"]) < len(plain.content) / 2
+    assert zipped.content == plain.content == static_bytes("pin-tracker.iife.js")
+    assert zipped.headers["etag"] != plain.headers["etag"]
+    revalidated = await http.get(
+        path, headers={"Accept-Encoding": "gzip", "If-None-Match": zipped.headers["etag"]}
+    )
+    assert revalidated.status_code == 304
+
+
+async def test_the_versioned_script_is_immutable_and_public_to_every_origin(
+    http: httpx.AsyncClient,
+) -> None:
+    version = json.loads((CLIENT / "package.json").read_text())["version"]
+    shop = {"Origin": "https://shop.example"}
+    versioned = await http.get(f"/static/pin-tracker.{version}.iife.js", headers=shop)
+    assert versioned.status_code == 200
+    assert versioned.headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert versioned.content == static_bytes("pin-tracker.iife.js")
+    assert (await http.get("/static/pin-tracker.0.0.1.iife.js")).status_code == 404
+    # The tracker's scripts load from any site (a <script integrity crossorigin> needs
+    # this); never with credentials, and nothing else under /static is opened so.
+    for name in (f"pin-tracker.{version}.iife.js", "pin-tracker.iife.js", "pin-tracker.js"):
+        response = await http.get(f"/static/{name}", headers=shop)
+        assert response.headers["access-control-allow-origin"] == "*", name
+        assert "access-control-allow-credentials" not in response.headers, name
+    page_script = await http.get("/static/demo.js", headers=shop)
+    assert "access-control-allow-origin" not in page_script.headers
+
+
+def test_the_published_integrity_hashes_are_the_served_script_s() -> None:
+    """Every versioned script tag in the docs names this version and its SRI hash."""
+    version = json.loads((CLIENT / "package.json").read_text())["version"]
+    served = static_bytes("pin-tracker.iife.js")
+    expected = "sha384-" + base64.b64encode(hashlib.sha384(served).digest()).decode()
+    tags = 0
+    for doc in (ROOT / "README.md", CLIENT / "README.md", *sorted((ROOT / "docs").glob("*.md"))):
+        for tag in re.findall(r"<script[^>]*pin-tracker\.[^>]*\.iife\.js[^>]*>", doc.read_text()):
+            tags += 1
+            assert f"pin-tracker.{version}.iife.js" in tag, (doc.name, tag)
+            assert f'integrity="{expected}"' in tag, (doc.name, tag)
+            assert 'crossorigin="anonymous"' in tag, (doc.name, tag)
+    assert tags >= 2, "the READMEs publish the versioned script tag"

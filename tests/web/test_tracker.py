@@ -171,12 +171,13 @@ async def test_a_later_sign_in_in_another_tab_keeps_the_device_whatever_the_firs
     after A: the tracker's link of B's fresh sign-in wins, and A's tab — its link sent
     again, its token still valid — never takes the device back."""
     first_tab, second_tab = await device.new_page(), await device.new_page()
+    # Both open before any sign-in: a tab opened after one would start signed in as A.
     await open_demo(first_tab)
+    await open_demo(second_tab)
     a = await _sign_in_on(first_tab, "+15550100701")
     assert (await tracker(first_tab))["userId"] == a["userId"]
 
     clock.advance(timedelta(minutes=1))
-    await open_demo(second_tab)
     b = await _sign_in_on(second_tab, "+15550100702")
     b_linked = await tracker(second_tab)
     assert b_linked["userId"] == b["userId"]
@@ -201,6 +202,31 @@ async def test_a_later_sign_in_in_another_tab_keeps_the_device_whatever_the_firs
     assert [action["type"] for action in session["actions"]] == ["favourite-added"]
     theirs = await http.get(SESSIONS, headers={"Authorization": f"Bearer {a['accessToken']}"})
     assert [item["status"] for item in theirs.json()["items"]] == ["Inactive"]
+
+
+async def test_an_empty_phone_sends_no_code_and_a_second_tab_shows_the_sign_in(
+    device: BrowserContext,
+) -> None:
+    page = await device.new_page()
+    sign_ins: list[str] = []
+    page.on("request", lambda r: sign_ins.append(r.url) if "/sign-in/" in r.url else None)
+    await open_demo(page)
+    await page.click("#send-code")  # the phone field left empty
+    await page.wait_for_function(
+        "() => document.getElementById('status').textContent.startsWith('Type your phone')"
+    )
+    assert sign_ins == []  # it used to send a code to a number the page made up
+
+    tokens = await _sign_in_on(page, "+15550100703")
+    second = await device.new_page()
+    await open_demo(second)
+    await second.wait_for_function(
+        "() => document.getElementById('signed-in-as').textContent.includes('linked to you')"
+    )
+    signed_in = await second.text_content("#signed-in-as")
+    assert signed_in is not None and signed_in.startswith(f"Signed in as user {tokens['userId']}")
+    assert await second.locator("#sign-in-forms").is_hidden()
+    assert await second.locator("#sign-out").is_visible()
 
 
 async def test_actions_taken_offline_are_delivered_once_when_back_online(

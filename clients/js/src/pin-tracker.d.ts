@@ -23,6 +23,12 @@ export interface TrackerOptions {
   /** Send and store nothing when the browser says Do-Not-Track or Global Privacy Control,
    * unless the visitor consents explicitly. Default true. */
   respectDoNotTrack?: boolean;
+  /** Inert: sends, stores and schedules nothing; status "disabled". For unit tests (Jest,
+   * Vitest under jsdom) and pages that must not track. Default false. */
+  disabled?: boolean;
+  /** Log each decision and failure to the console, naming the likely cause of a failed
+   * cross-origin request (the API's PIN_HTTP__CORS_ORIGINS). Default false. */
+  debug?: boolean;
   /** Injectable for tests and non-browser hosts; without a `window` (given or global) the
    * tracker is inert. */
   fetch?: typeof fetch;
@@ -85,22 +91,33 @@ export interface TrackerStats {
   pending: number;
 }
 
-/** "no-browser": created outside a browser (no `window`, none given): inert, it sends,
- * stores and schedules nothing. */
+/**
+ * - "tracking": started and allowed; it sends.
+ * - "stopped": allowed but not started, or `stop()`ped (or the device forgotten).
+ * - "opted-out": the visitor opted out (remembered on the device).
+ * - "no-consent": consent is required and not given, or refused.
+ * - "do-not-track": the browser asks not to be tracked and the visitor did not consent.
+ * - "disabled": created with `disabled: true`: inert, it sends, stores and schedules nothing.
+ * - "no-browser": created outside a browser (no `window`, none given): inert likewise.
+ */
 export type TrackerStatus =
   | "tracking"
   | "stopped"
   | "opted-out"
   | "no-consent"
   | "do-not-track"
+  | "disabled"
   | "no-browser";
+
+/** Action types and the data each carries; the default lets any type carry anything. */
+export type ActionMap = Record<string, unknown>;
 
 /**
  * Every method that sends something resolves once the API accepted it, or with null
  * when the item was dropped (queue full, refused by the API, out of attempts, or tracking
  * not allowed); it never rejects, and no method throws.
  */
-export declare class Tracker {
+export declare class Tracker<Actions extends ActionMap = ActionMap> {
   constructor(options?: TrackerOptions);
   readonly anonymousId: string | null;
   readonly sessionId: string | null;
@@ -109,9 +126,10 @@ export declare class Tracker {
   readonly status: TrackerStatus;
   readonly stats: TrackerStats;
   start(): Promise<SessionStarted | null>;
-  track(
-    type: string,
-    data?: unknown,
+  /** Record an action; with an action map, `data` is checked against its `type`. */
+  track<Type extends keyof Actions & string>(
+    type: Type,
+    data?: Actions[Type],
     options?: { propertyObjectId?: string },
   ): Promise<ActionRecorded | null>;
   viewStart(propertyObjectId: string): Promise<ViewStarted | null>;
@@ -125,7 +143,10 @@ export declare class Tracker {
   /** Stop and remove every stored id and queued item. */
   forget(): void;
   flush(): Promise<void>;
+  /** End timers, retries and requests in flight; nothing is sent until `start()`. */
   stop(): void;
+  /** Calls `callback` with the status now and on every change; returns an unsubscribe. */
+  onStatus(callback: (status: TrackerStatus) => void): () => void;
 }
 
 /** Delay before retry number `attempt` (0-based), in milliseconds. */
@@ -136,4 +157,6 @@ export declare function retryDelay(
   random?: () => number,
 ): number;
 
-export declare function createTracker(options?: TrackerOptions): Tracker;
+export declare function createTracker<Actions extends ActionMap = ActionMap>(
+  options?: TrackerOptions,
+): Tracker<Actions>;

@@ -1,6 +1,7 @@
 // PIN user-activity tracker: a dependency-free ES module for the browser.
 //
-// It creates the device's AnonymousId itself, starts the user-activity Session, keeps it
+// Its first start asks the service for the device's AnonymousId (the start carries an
+// Idempotency-Key instead, kept until the answer comes), starts the user-activity Session, keeps it
 // alive with heartbeats while a person is actually using the page, and delivers actions and
 // property views through a durable, bounded queue, each item with its own Idempotency-Key.
 // Nothing is sent or stored while the visitor has not consented (when consent is required),
@@ -10,21 +11,27 @@
 // Outside a browser (Node, server-side rendering: no `window`, none given) a tracker is
 // inert: status "no-browser", nothing sent or stored, no timer held, every method resolving
 // null. Tests and other hosts pass `window` (with `document` and `fetch`) to run it there.
+// `disabled: true` makes it inert anywhere (status "disabled"), for unit tests under jsdom.
+// Its timers never keep a Node process alive, and `stop()` ends every timer, retry and
+// request in flight.
 
 const API = "/api/user-activity";
 const ID_KEY = "pin.anonymousId";
 const CONSENT_KEY = "pin.consent";
 const OPT_OUT_KEY = "pin.optOut";
+// The Idempotency-Key of the first start, until its answer brings the AnonymousId: a start
+// retried (also by the next page) after a lost answer gets the same id and session.
+const START_KEY = "pin.startKey";
 // One storage entry per queued item, so tabs never overwrite each other's queue.
 const QUEUE_PREFIX = "pin.q.";
 const COOKIE_NAME = "pin_anonymous_id";
 const COOKIE_MAX_AGE_SECONDS = 2 * 365 * 24 * 60 * 60;
-// Serialises the creation of the first AnonymousId across tabs, so tabs opened at once
-// share one id (and so one Session) instead of each making its own.
+// Serialises the first start across tabs, so tabs opened at once share one id (and so one
+// Session): one tab asks, the others read its answer.
 const DEVICE_LOCK = "pin-tracker:anonymous-id";
-// localStorage reaches other tabs asynchronously, so the lock holder writes the id to
-// IndexedDB too, which every tab reads consistently.
-const SHARED_DB = { name: "pin-tracker", store: "device", key: "anonymousId" };
+// localStorage reaches other tabs asynchronously, so the lock holder writes the id and the
+// start's key to IndexedDB too, which every tab reads consistently.
+const SHARED_DB = { name: "pin-tracker", store: "device" };
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const INTERACTION_EVENTS = ["pointerdown", "keydown", "wheel", "touchstart", "scroll", "mousemove"];
 // What survives a page load: actions and views, never a start or a link (it holds a token).
@@ -41,6 +48,8 @@ const DEFAULTS = {
   autoStart: true,
   requireConsent: false,
   respectDoNotTrack: true,
+  disabled: false,
+  debug: false,
 };
 
 /** Statuses worth retrying; any other 4xx would fail the same way forever. */
@@ -55,6 +64,12 @@ function isRetryable(status) {
 export function retryDelay(attempt, baseMs, maxMs, random = Math.random) {
   const ceiling = Math.min(maxMs, baseMs * 2 ** attempt);
   return ceiling / 2 + random() * (ceiling / 2);
+}
+
+/** A timer that never keeps a Node (or jsdom) process alive; browsers have no such notion. */
+function unref(timer) {
+  timer?.unref?.();
+  return timer;
 }
 
 /** Create a tracker; with `autoStart` (the default) the session starts at once, if allowed. */
@@ -88,6 +103,9 @@ export class Tracker {
   #finalHeartbeatSent = false;
   #view = null;
   #inert;
+  #abort = new AbortController();
+  #reported;
+  #statusListeners = new Set();
   #listeners = [];
   #stats = { ticks: 0, heartbeats: 0, finalHeartbeats: 0, delivered: 0, dropped: 0, retries: 0 };
 
@@ -95,7 +113,7 @@ export class Tracker {
     this.#options = { ...DEFAULTS, ...options };
     const win = (this.#window = options.window ?? globalThis.window);
     // No page to watch: a session started here would be a server's, kept alive by a timer.
-    this.#inert = !win;
+    this.#inert = !win || !!this.#options.disabled;
     this.#document = options.document ?? globalThis.document;
     const fetch = options.fetch ?? globalThis.fetch;
     this.#fetch = fetch ? (url, init) => fetch.call(globalThis, url, init) : null;
@@ -107,6 +125,7 @@ export class Tracker {
     const indexedDB = options.indexedDB === undefined ? win?.indexedDB : options.indexedDB;
     this.#shared = new SharedDeviceId(this.#inert ? null : indexedDB);
     if (this.#allowed()) this.#anonymousId = this.#readId();
+    this.#emit();
     if (this.#options.autoStart) this.start();
   }
 
@@ -130,8 +149,9 @@ export class Tracker {
     return this.#queue.length;
   }
 
-  /** "tracking", "stopped", "opted-out", "no-consent", "do-not-track" or "no-browser". */
+  /** "tracking", "stopped", "opted-out", "no-consent", "do-not-track", "disabled" or "no-browser". */
   get status() {
+    if (this.#options.disabled) return "disabled";
     if (this.#inert) return "no-browser";
     if (this.#store.get(OPT_OUT_KEY)) return "opted-out";
     if (!this.#allowed()) {
@@ -151,11 +171,22 @@ export class Tracker {
     if (this.#running && this.#startPromise) return this.#startPromise;
     this.#running = true;
     this.#halted = false;
+    if (this.#abort.signal.aborted) this.#abort = new AbortController();
     this.#listen();
     this.#startPromise = this.#enqueue({ kind: "start" });
-    this.#heartbeatTimer ??= setInterval(() => this.#guard(() => this.#tick()), this.#options.heartbeatIntervalMs);
+    this.#heartbeatTimer ??= unref(
+      setInterval(() => this.#guard(() => this.#tick()), this.#options.heartbeatIntervalMs),
+    );
     this.#restore();
+    this.#emit();
     return this.#startPromise;
+  }
+
+  /** Calls `callback(status)` now and on every change of `status`; returns an unsubscribe. */
+  onStatus(callback) {
+    this.#statusListeners.add(callback);
+    this.#guard(() => callback(this.status));
+    return () => this.#statusListeners.delete(callback);
   }
 
   /** Record an action; resolves with `{actionId, sessionId}`, or null if it was dropped. */
@@ -195,7 +226,10 @@ export class Tracker {
   reset() {
     if (!this.#allowed()) return Promise.resolve(null);
     this.#view = this.#userId = this.#sessionId = null;
-    this.#adoptId(newId(this.#window));
+    // A new start key before the id goes, so other tabs read the removal as a reset, not a
+    // forget; the service issues the new id to the start below.
+    this.#store.set(START_KEY, newId(this.#window));
+    this.#dropId();
     this.#running = false;
     return this.start();
   }
@@ -225,8 +259,13 @@ export class Tracker {
     this.#halt(true);
   }
 
-  /** Stop timers and listeners; queued items stay (stored ones are sent on a later load). */
+  /**
+   * Stop: timers, retries and requests in flight end, and nothing is sent until `start()`.
+   * Queued items stay (stored ones are sent on a later load).
+   */
   stop() {
+    this.#halted = true;
+    this.#abort.abort();
     clearInterval(this.#heartbeatTimer);
     clearTimeout(this.#retryTimer);
     this.#heartbeatTimer = this.#retryTimer = null;
@@ -235,6 +274,7 @@ export class Tracker {
       target.removeEventListener(type, handler, opts);
     }
     this.#listeners = [];
+    this.#emit();
   }
 
   /** Deliver queued items now (also runs by itself on `online` and after each backoff). */
@@ -266,9 +306,10 @@ export class Tracker {
     for (const item of this.#queue.splice(0)) item.resolve?.(null);
     this.#anonymousId = this.#sessionId = this.#userId = this.#view = null;
     if (!erase) return;
-    this.#store.del(ID_KEY);
-    writeCookie(this.#document, null);
-    this.#shared.write(null);
+    // The start key first: other tabs then read the id's removal as a forget.
+    this.#store.del(START_KEY);
+    this.#shared.write(START_KEY, null);
+    this.#dropId();
     for (const name of this.#store.keys()) if (name.startsWith(QUEUE_PREFIX)) this.#store.del(name);
   }
 
@@ -291,9 +332,14 @@ export class Tracker {
       item.key = newId(this.#window);
       item.seq = this.#seq = Math.max(Date.now(), this.#seq + 1);
       item.attempts = 0;
+      // Nothing goes without an id: a tracking page whose start was given up asks again.
+      if (item.kind !== "start" && !item.anonymousId && this.#running && !this.#queue.some((queued) => queued.kind === "start")) {
+        this.#startPromise = this.#enqueue({ kind: "start" });
+      }
       if (this.#queue.length >= this.#options.maxQueueSize) this.#dropOldest();
       this.#queue.push(item);
       this.#persist(item);
+      this.#log(`queued ${item.kind}`);
       this.#flush();
     });
   }
@@ -301,6 +347,7 @@ export class Tracker {
   /** A full queue sheds the oldest action or view; start and link carry the identity. */
   #dropOldest() {
     const index = this.#queue.findIndex((item) => DURABLE.has(item.kind));
+    this.#log("queue full: the oldest item is dropped", "warn");
     this.#settle(this.#queue[Math.max(index, 0)], { ok: false });
   }
 
@@ -342,19 +389,30 @@ export class Tracker {
     this.#flushing = true;
     try {
       while (this.#queue.length > 0 && !this.#halted) {
-        if (this.#window?.navigator?.onLine === false) return; // the `online` event resumes
-        const item = this.#queue[0];
+        if (this.#window?.navigator?.onLine === false) {
+          this.#log("offline: waiting for the online event");
+          return;
+        }
+        // Until the device has an id only a start can go (its answer brings the id), and
+        // items that kept their own.
+        const item = this.#anonymousId
+          ? this.#queue[0]
+          : this.#queue.find((queued) => queued.kind === "start" || queued.anonymousId);
+        if (!item) return; // the next start() resumes
         let outcome;
         try {
           outcome = await this.#deliver(item);
-        } catch {
-          outcome = { retry: true };
+        } catch (error) {
+          outcome = { retry: true, error };
         }
-        if (this.#queue[0] !== item) continue; // settled meanwhile, by a flush on hide
+        if (this.#halted) return; // stopped meanwhile: its abort is no failure to retry
+        if (!this.#queue.includes(item)) continue; // settled meanwhile, by a flush on hide
+        if (!outcome.ok) this.#failed(item, outcome);
         if (outcome.retry && ++item.attempts < this.#options.maxAttempts) {
           this.#scheduleRetry(item.attempts - 1);
           return;
         }
+        if (!outcome.ok) this.#log(`${item.kind} dropped`, "warn");
         this.#settle(item, outcome);
       }
     } finally {
@@ -368,17 +426,41 @@ export class Tracker {
     this.#queue.splice(index, 1);
     this.#store.del(QUEUE_PREFIX + item.key);
     this.#stats[outcome.ok ? "delivered" : "dropped"] += 1;
-    if (item.kind === "start" && !outcome.ok) this.#startPromise = null; // the next start() tries again
     item.resolve?.(outcome.ok ? outcome.body : null);
+    if (item.kind === "start" && !outcome.ok) {
+      this.#startPromise = null; // the next start() tries again
+      // Without an id nothing that waited for this start can go: it is dropped with it.
+      if (!this.#anonymousId) for (const waiting of this.#queue.filter((queued) => !queued.anonymousId)) this.#settle(waiting, outcome);
+    }
   }
 
   #scheduleRetry(attempt) {
     const { retryBaseMs, retryMaxMs } = this.#options;
     this.#stats.retries += 1;
-    this.#retryTimer = setTimeout(() => {
-      this.#retryTimer = null;
-      this.#flush();
-    }, retryDelay(attempt, retryBaseMs, retryMaxMs, this.#random));
+    const delay = retryDelay(attempt, retryBaseMs, retryMaxMs, this.#random);
+    this.#log(`retry in ${Math.round(delay)} ms`);
+    this.#retryTimer = unref(
+      setTimeout(() => {
+        this.#retryTimer = null;
+        this.#flush();
+      }, delay),
+    );
+  }
+
+  /** Says why a request failed; one that got no answer from another origin is most often CORS. */
+  #failed(item, { status, error }) {
+    if (!this.#options.debug) return;
+    let cause = status ? `answered ${status}` : `no answer${error ? ` (${error})` : ""}`;
+    try {
+      const page = this.#window.location.origin;
+      const api = new URL(this.#options.baseUrl || "/", this.#window.location.href).origin;
+      if (!status && api !== page) {
+        cause += `; the browser blocks a request from ${page} to ${api} unless the API lists ${page} in PIN_HTTP__CORS_ORIGINS (CORS)`;
+      }
+    } catch {
+      // No page location (a test's window): no origin to compare.
+    }
+    this.#log(`${item.kind} failed: ${cause}`, "warn");
   }
 
   async #deliver(item, init = {}) {
@@ -420,15 +502,46 @@ export class Tracker {
   }
 
   async #deliverStart(item) {
-    // The id exists before the first request, so a start retried after a lost answer
-    // continues the same session instead of opening another.
-    item.anonymousId ??= this.#anonymousId ?? (await this.#deviceId());
-    const outcome = await this.#post(`${API}/sessions/start`, undefined, item);
+    item.anonymousId ??= this.#anonymousId;
+    const outcome = item.anonymousId
+      ? await this.#post(`${API}/sessions/start`, undefined, item)
+      : await this.#firstStart(item);
     if (outcome.ok && item.anonymousId === this.#anonymousId) {
       this.#sessionId = outcome.body.sessionId ?? null;
       this.#userId = outcome.body.userId ?? null;
+      this.#log(`session ${this.#sessionId} ${outcome.body.created ? "started" : "continued"}`);
     }
     return outcome;
+  }
+
+  /**
+   * The device's first start, under the device lock: another tab's id if one arrived, else a
+   * start without X-Anonymous-Id whose Idempotency-Key is kept (in both stores) until the
+   * answer brings the id the service issued.
+   */
+  #firstStart(item) {
+    const ask = async () => {
+      if (this.#halted) return { retry: true }; // stopped while waiting for the lock
+      const known = this.#readId() ?? (await this.#shared.read(ID_KEY));
+      if (known) {
+        item.anonymousId = this.#adoptId(known);
+        return this.#post(`${API}/sessions/start`, undefined, item);
+      }
+      const key = this.#store.get(START_KEY) ?? (await this.#shared.read(START_KEY)) ?? newId(this.#window);
+      this.#store.set(START_KEY, key);
+      await this.#shared.write(START_KEY, key);
+      const outcome = await this.#post(`${API}/sessions/start`, undefined, item, {}, { "Idempotency-Key": key });
+      const issued = outcome.ok && outcome.body.anonymousId;
+      if (UUID.test(issued)) {
+        item.anonymousId = this.#adoptId(issued);
+        this.#store.del(START_KEY);
+        await this.#shared.write(ID_KEY, issued); // before the lock is released
+        await this.#shared.write(START_KEY, null);
+      }
+      return outcome;
+    };
+    const locks = this.#window?.navigator?.locks;
+    return locks?.request ? locks.request(DEVICE_LOCK, ask) : ask();
   }
 
   async #post(path, body, item, init = {}, extra = {}) {
@@ -442,6 +555,7 @@ export class Tracker {
       headers,
       body: body === undefined ? undefined : JSON.stringify(body),
       credentials: "omit",
+      signal: this.#abort.signal,
       ...init,
     });
     if (!response.ok) return { ok: false, retry: isRetryable(response.status), status: response.status };
@@ -468,16 +582,27 @@ export class Tracker {
     return id;
   }
 
-  /** The device's id: another tab's, or a new one, created once under the device lock. */
-  async #deviceId() {
-    const create = async () => {
-      const id = this.#readId() ?? (await this.#shared.read()) ?? newId(this.#window);
-      this.#adoptId(id);
-      await this.#shared.write(id); // before the lock is released
-      return id;
-    };
-    const locks = this.#window?.navigator?.locks;
-    return locks?.request ? locks.request(DEVICE_LOCK, create) : create();
+  #dropId() {
+    this.#anonymousId = null;
+    this.#store.del(ID_KEY);
+    writeCookie(this.#document, null);
+    this.#shared.write(ID_KEY, null);
+  }
+
+  // --- diagnostics ---------------------------------------------------------------------
+
+  /** With `debug`, one console line per decision or failure. */
+  #log(message, level = "info") {
+    if (this.#options.debug) globalThis.console?.[level]?.(`[pin-tracker] ${message}`);
+  }
+
+  /** Tells the status listeners (and the debug log) when the status has changed. */
+  #emit() {
+    const status = this.status;
+    if (status === this.#reported) return;
+    this.#reported = status;
+    this.#log(`status: ${status}`);
+    for (const callback of this.#statusListeners) this.#guard(() => callback(status));
   }
 
   // --- heartbeats ----------------------------------------------------------------------
@@ -490,7 +615,9 @@ export class Tracker {
     this.#stats.ticks += 1;
     const idleFor = this.#now() - this.#lastInteractionAt;
     // An idle or background tab stays silent, so it never keeps a session open on its own.
-    if (!this.#isVisible() || !(idleFor >= 0 && idleFor < this.#options.interactionWindowMs)) return;
+    if (!this.#isVisible() || !(idleFor >= 0 && idleFor < this.#options.interactionWindowMs)) {
+      return this.#log("no heartbeat: the page is hidden or unused");
+    }
     this.#heartbeat({});
   }
 
@@ -503,8 +630,9 @@ export class Tracker {
       const outcome = await this.#post(`${API}/sessions/heartbeat`, undefined, {}, init);
       // After a close by inactivity the API starts a new session (`restarted`).
       if (outcome.ok && outcome.body.sessionId) this.#sessionId = outcome.body.sessionId;
-    } catch {
+    } catch (error) {
       // Offline: the next heartbeat will do.
+      this.#failed({ kind: "heartbeat" }, { error });
     }
   }
 
@@ -569,9 +697,11 @@ export class Tracker {
       if (event.key === OPT_OUT_KEY || event.key === CONSENT_KEY) {
         if (!this.#allowed()) this.#halt(false); // another tab opted out: so does this one
       } else if (event.key === ID_KEY && event.newValue !== this.#anonymousId) {
-        if (!event.newValue) return this.#halt(false); // another tab forgot the device
-        if (!this.#anonymousId) return (this.#anonymousId = event.newValue); // its first id
-        // Another tab reset the device (sign-out): follow it into the new guest session.
+        // Removed with no start pending: another tab forgot the device.
+        if (!event.newValue && !this.#store.get(START_KEY)) return this.#halt(false);
+        if (event.newValue && !this.#anonymousId) return (this.#anonymousId = event.newValue); // its first id
+        // Another tab reset the device (sign-out): follow it into the new guest session,
+        // whose id that tab's start (or this one's, under the lock) gets from the service.
         this.#anonymousId = event.newValue;
         this.#sessionId = this.#userId = null;
         this.#running = false;
@@ -623,7 +753,7 @@ class Store {
   }
 }
 
-/** The AnonymousId in IndexedDB; every failure reads as "no id" and is otherwise ignored. */
+/** The AnonymousId and the first start's key in IndexedDB; every failure reads as absent. */
 class SharedDeviceId {
   #database = null;
 
@@ -641,12 +771,12 @@ class SharedDeviceId {
     }
   }
 
-  async read() {
+  async read(key) {
     const db = await this.#database;
     if (!db) return null;
     return new Promise((resolve) => {
       try {
-        const request = db.transaction(SHARED_DB.store).objectStore(SHARED_DB.store).get(SHARED_DB.key);
+        const request = db.transaction(SHARED_DB.store).objectStore(SHARED_DB.store).get(key);
         request.onsuccess = () => resolve(request.result ?? null);
         request.onerror = () => resolve(null);
       } catch {
@@ -656,13 +786,13 @@ class SharedDeviceId {
   }
 
   /** Resolves once the write is committed, so the next lock holder is sure to read it. */
-  async write(value) {
+  async write(key, value) {
     const db = await this.#database;
     if (!db) return;
     await new Promise((resolve) => {
       try {
         const transaction = db.transaction(SHARED_DB.store, "readwrite");
-        transaction.objectStore(SHARED_DB.store).put(value, SHARED_DB.key);
+        transaction.objectStore(SHARED_DB.store).put(value, key);
         transaction.oncomplete = transaction.onerror = transaction.onabort = resolve;
       } catch {
         resolve();

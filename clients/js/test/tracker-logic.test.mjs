@@ -8,7 +8,7 @@
 // the page itself (tabs, visibility, reloads, other origins) is tested in Chromium.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { afterEach, test } from "node:test";
+import { afterEach, beforeEach, test } from "node:test";
 
 const SERVED = new URL("../../../src/pin_sessions/web/static/pin-tracker.js", import.meta.url);
 // Imported from a data: URL, an ES module whatever the directory says, so any Node version
@@ -28,9 +28,18 @@ let escaped = 0;
 process.on("unhandledRejection", () => (escaped += 1));
 process.on("uncaughtException", () => (escaped += 1));
 
+// The tracker's timers never hold a process open, so a case awaiting a retry would see
+// Node's event loop run dry; Jest and Vitest keep theirs alive with a test timeout, this file
+// with a timer of its own while each case runs.
+let keepAlive;
+beforeEach(() => {
+  keepAlive = setInterval(() => {}, 1_000);
+});
+
 let made = [];
 afterEach(() => {
-  for (const tracker of made) tracker.stop(); // its timers would keep the test process alive
+  clearInterval(keepAlive);
+  for (const tracker of made) tracker.stop();
   made = [];
 });
 
@@ -43,18 +52,28 @@ function harness(
   const calls = [];
   const script = [...responses];
   const fetch = async (url, init) => {
-    calls.push({
+    const call = {
       path: new URL(url, "http://127.0.0.1/").pathname,
       body: init.body ?? null,
       anonymousId: init.headers["X-Anonymous-Id"] ?? null,
       key: init.headers["Idempotency-Key"] ?? null,
       keepalive: !!init.keepalive,
-    });
+      signal: init.signal ?? null,
+      // What the service issues to a start without X-Anonymous-Id.
+      issued: init.headers["X-Anonymous-Id"] ?? crypto.randomUUID(),
+    };
+    calls.push(call);
     const next = script.length ? script.shift() : 200;
     if (next === "network") throw new TypeError("Failed to fetch");
+    if (next === "hang") {
+      // A request that never answers: only an abort ends it, as in a browser.
+      return new Promise((_, reject) =>
+        init.signal?.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))),
+      );
+    }
     if (next === "html") return new Response("<html>hello</html>", { status: 200 });
     const n = calls.length;
-    const payload = { sessionId: "s-1", actionId: `x-${n}`, viewId: `v-${n}` };
+    const payload = { sessionId: "s-1", anonymousId: call.issued, actionId: `x-${n}`, viewId: `v-${n}` };
     return new Response(JSON.stringify(payload), { status: next });
   };
   const win = new EventTarget();
@@ -178,35 +197,151 @@ test("items queued before a reset keep the identity they happened under", async 
   h.tracker.track("before");
   h.tracker.reset();
   h.goOnline();
-  await until(() => h.tracker.pending === 0);
+  await until(() => h.tracker.pending === 0 && h.tracker.anonymousId);
   const fresh = h.tracker.anonymousId;
   assert.notEqual(fresh, DEVICE);
   assert.deepEqual(h.sent("path", "anonymousId"), [
     [START, DEVICE],
     [ACTIONS, DEVICE],
-    [START, fresh], // the new identity, made on the device
+    [START, null], // the service issues the new identity...
   ]);
+  assert.equal(h.calls[2].issued, fresh); // ...and the tracker keeps it
   assert.equal(h.stored()["pin.anonymousId"], fresh);
 });
 
-test("the anonymous id is made before the first start and retries keep it", async () => {
-  const h = harness(["network", 503, 200], { stored: {} });
-  await h.tracker.start();
-  const sent = h.sent("path", "anonymousId");
-  assert.deepEqual(sent.map(([path]) => path), [START, START, START]);
-  const ids = new Set(sent.map(([, anonymousId]) => anonymousId));
-  assert.equal(ids.size, 1);
-  const [device] = ids;
-  assert.match(device, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-  assert.equal(h.stored()["pin.anonymousId"], device);
+test("the first start sends no id but an Idempotency-Key, kept across retries and reloads", async () => {
+  const h = harness(["network", 503, "network", 200], { stored: {}, maxAttempts: 2 });
+  assert.equal(await h.tracker.start(), null); // two tries, then given up on this page
+  const key = h.stored()["pin.startKey"];
+  assert.match(key, /^[\x21-\x7e]{1,64}$/); // 1-64 printable ASCII characters
+  // The page is reloaded before any answer came: the next page's start has the same key.
+  h.tracker.stop();
+  const next = h.make();
+  const started = await next.start();
+  assert.deepEqual(h.sent("path", "anonymousId", "key"), [
+    [START, null, key],
+    [START, null, key],
+    [START, null, key],
+    [START, null, key],
+  ]);
+  // The service's id is the device's from now on, and the key is spent.
+  const issued = h.calls[3].issued;
+  assert.equal(started.anonymousId, issued);
+  assert.equal(next.anonymousId, issued);
+  assert.equal(h.stored()["pin.anonymousId"], issued);
+  assert.ok(!("pin.startKey" in h.stored()));
+  await next.track("after");
+  assert.deepEqual(h.sent("path", "anonymousId").slice(4), [[ACTIONS, issued]]);
 });
 
-test("a corrupted stored id is replaced before anything is sent", async () => {
+test("a device holding an id of its own (an older tracker's) keeps sending it", async () => {
+  const h = harness([]);
+  await h.tracker.start();
+  assert.deepEqual(h.sent("path", "anonymousId", "key"), [[START, DEVICE, null]]);
+  assert.equal(h.stored()["pin.anonymousId"], DEVICE);
+});
+
+test("a corrupted stored id is never sent: the service issues a new one", async () => {
   const h = harness([], { stored: { "pin.anonymousId": "garbage" } });
   await h.tracker.start();
-  const [device, ...more] = h.sent("anonymousId");
-  assert.deepEqual(more, []);
-  assert.ok(device !== null && device !== "garbage");
+  assert.deepEqual(h.sent("anonymousId"), [null]);
+  assert.equal(h.tracker.anonymousId, h.calls[0].issued);
+});
+
+test("actions tracked before the device has an id wait for the start that gets one", async () => {
+  const h = harness([], { stored: {} });
+  const tracked = h.tracker.track("early");
+  await h.tracker.start();
+  assert.ok(await tracked);
+  const issued = h.calls[0].issued;
+  assert.deepEqual(h.sent("path", "anonymousId"), [
+    [START, null],
+    [ACTIONS, issued],
+  ]);
+});
+
+test("after stop() no request leaves: retries end and a request in flight is aborted", async () => {
+  const h = harness(Array(20).fill("network"), { maxAttempts: 20 });
+  h.tracker.start();
+  await until(() => h.calls.length >= 2);
+  h.tracker.stop();
+  const sent = h.calls.length;
+  await sleep(100); // five times the longest retry delay
+  assert.equal(h.calls.length, sent);
+  assert.equal(h.tracker.status, "stopped");
+
+  const hung = harness(["hang"]);
+  hung.tracker.start();
+  await until(() => hung.calls.length === 1);
+  hung.tracker.stop();
+  assert.equal(hung.calls[0].signal?.aborted, true);
+  await sleep(100);
+  assert.equal(hung.calls.length, 1);
+  assert.equal(escaped, 0);
+});
+
+test("disabled: status disabled, nothing sent or stored, every method resolving null", async () => {
+  const h = harness([], { stored: {}, disabled: true, autoStart: true });
+  const tracker = h.tracker;
+  assert.equal(tracker.status, "disabled");
+  assert.equal(await tracker.start(), null);
+  assert.equal(await tracker.track("x"), null);
+  assert.equal(await tracker.viewStart(VIEWED), null);
+  assert.equal(await tracker.link("token"), null);
+  tracker.optIn();
+  assert.equal(await tracker.reset(), null);
+  assert.equal(tracker.status, "disabled");
+  assert.deepEqual(h.sent("path"), []);
+  assert.deepEqual(h.stored(), {});
+});
+
+test("onStatus reports the status at once and then each change", () => {
+  const h = harness([]);
+  const seen = [];
+  const unsubscribe = h.tracker.onStatus((status) => seen.push(status));
+  h.tracker.start();
+  h.tracker.optOut();
+  h.tracker.optIn();
+  h.tracker.stop();
+  h.tracker.stop(); // no change, no report
+  assert.deepEqual(seen, ["stopped", "tracking", "opted-out", "tracking", "stopped"]);
+  unsubscribe();
+  h.tracker.start();
+  assert.equal(seen.length, 5);
+  // A listener that throws is the page's bug, never the tracker's undoing.
+  h.tracker.onStatus((status) => {
+    if (status === "stopped") throw new Error("listener");
+  });
+  h.tracker.stop();
+  assert.equal(h.tracker.status, "stopped");
+});
+
+test("debug logs decisions and names CORS as the likely cause of a cross-origin failure", async (t) => {
+  const logged = [];
+  for (const level of ["info", "warn"]) {
+    t.mock.method(console, level, (...args) => logged.push(`${level} ${args.join(" ")}`));
+  }
+  const page = { href: "https://shop.example/basket", origin: "https://shop.example" };
+  const h = harness(["network", 503], { debug: true, maxAttempts: 2, baseUrl: "https://sessions.example" });
+  h.win.location = page;
+  await h.tracker.start();
+  const text = logged.join("\n");
+  assert.match(text, /info .*status: tracking/);
+  assert.match(text, /warn .*https:\/\/shop\.example.*PIN_HTTP__CORS_ORIGINS/);
+  assert.match(text, /warn .*503/);
+  assert.match(text, /warn .*dropped/);
+
+  // Quiet without debug; and a failure on the page's own origin does not blame CORS.
+  logged.length = 0;
+  const quiet = harness(["network"], { maxAttempts: 1, baseUrl: "https://sessions.example" });
+  quiet.win.location = page;
+  await quiet.tracker.start();
+  assert.deepEqual(logged, []);
+  const same = harness(["network"], { debug: true, maxAttempts: 1, baseUrl: "https://shop.example" });
+  same.win.location = page;
+  await same.tracker.start();
+  assert.ok(logged.some((line) => line.startsWith("warn")));
+  assert.ok(!logged.join("\n").includes("CORS"));
 });
 
 test("with consent required nothing is sent or stored until consent", async () => {
@@ -368,7 +503,9 @@ test("a bad base URL fails quietly and gives up", async () => {
   made.push(bad);
   assert.equal(await bad.start(), null);
   assert.equal(await bad.track("x"), null);
-  assert.equal(bad.stats.dropped, 2);
+  // The start, the start tried again for the action (no id, nothing can go without one),
+  // the action.
+  assert.equal(bad.stats.dropped, 3);
   assert.equal(escaped, 0);
 });
 

@@ -10,15 +10,26 @@ the development codes are mounted (``services.PageFeatures``, which the composit
 builds), so a page makes no request that is meant to fail. The pages' icon is
 ``/static/favicon.svg``, also served as ``/favicon.ico`` for what a browser shows without a
 page (a JSON answer opened in a tab).
+
+Static files revalidate cheaply: each has an ``ETag`` (a matching ``If-None-Match`` gets a
+304) and is sent gzip-encoded to a client that accepts it. The script-tag build is also served
+at ``/static/pin-tracker.<version>.iife.js``, whose bytes never change, so it is cached for a
+year (``immutable``) and pinned by an SRI hash in the docs. The tracker's scripts are public:
+they carry ``Access-Control-Allow-Origin: *`` (never credentials), which a browser needs to
+load a ``<script integrity crossorigin>`` from another origin; CORS for everything else is
+``platform.http.cors``'s, on the API's paths only.
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
+import hashlib
+from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response, status
+from fastapi import APIRouter, Depends, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -51,8 +62,16 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
-# Revalidate every time: a stale tracker in a developer's cache hides a fix.
+# Revalidate every time: a stale tracker in a developer's cache hides a fix. The ETag makes
+# that a 304 when nothing changed.
 CACHE_CONTROL = "no-cache"
+# The versioned script's bytes are fixed by its name: cached for a year, never revalidated.
+IMMUTABLE = "public, max-age=31536000, immutable"
+SCRIPT_TAG_BUILD = "pin-tracker.iife.js"
+# What other sites load (by <script> or import): readable by any origin, without credentials.
+PUBLIC_SCRIPTS = frozenset(
+    {"pin-tracker.js", "pin-tracker.js.map", SCRIPT_TAG_BUILD, "pin-tracker.iife.js.map"}
+)
 
 
 # The static pages carry this attribute; served, it says what the server offers.
@@ -70,6 +89,49 @@ class DevViewerBody(BaseModel):
 def static_bytes(name: str) -> bytes:
     """The packaged copy of one file under ``static/``."""
     return resources.files("pin_sessions.web").joinpath("static", name).read_bytes()
+
+
+@functools.cache
+def tracker_version() -> str:
+    """The tracker's version, written beside its builds by ``npm run build:service``."""
+    return static_bytes("pin-tracker.version").decode().strip()
+
+
+def versioned_script_name() -> str:
+    """The script-tag build's immutable name: ``pin-tracker.<version>.iife.js``."""
+    return f"pin-tracker.{tracker_version()}.iife.js"
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One representation of a static file: its bytes and their entity tag."""
+
+    body: bytes
+    etag: str
+
+
+@functools.cache
+def static_representations(name: str) -> tuple[Encoded, Encoded]:
+    """The file as it is and gzip-encoded (``mtime=0``: the same bytes on every instance)."""
+    body = static_bytes(name)
+    digest = hashlib.sha256(body).hexdigest()[:32]
+    return Encoded(body, f'"{digest}"'), Encoded(gzip.compress(body, mtime=0), f'"{digest}-gzip"')
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether ``Accept-Encoding`` lists gzip (or ``*``) without refusing it by ``q=0``."""
+    for part in accept_encoding.lower().split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip() in ("gzip", "*"):
+            quality = params.strip().removeprefix("q=")
+            return not params or quality.strip("0.") != ""
+    return False
+
+
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    """``If-None-Match`` by the weak comparison RFC 9110 prescribes for it."""
+    tags = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
+    return "*" in tags or etag in tags
 
 
 @functools.cache
@@ -126,12 +188,25 @@ async def favicon() -> Response:
 
 
 @router.get("/static/{name}")
-async def serve_static(name: str) -> Response:
-    if name not in STATIC_FILES:
+async def serve_static(name: str, request: Request) -> Response:
+    immutable = name == versioned_script_name()
+    file = SCRIPT_TAG_BUILD if immutable else name
+    if file not in STATIC_FILES:
         raise NotFound(f"no static file {name!r}")
-    return Response(
-        static_bytes(name), media_type=STATIC_FILES[name], headers={"Cache-Control": CACHE_CONTROL}
-    )
+    plain, gzipped = static_representations(file)
+    chosen = gzipped if accepts_gzip(request.headers.get("accept-encoding", "")) else plain
+    headers = {
+        "Cache-Control": IMMUTABLE if immutable else CACHE_CONTROL,
+        "ETag": chosen.etag,
+        "Vary": "Accept-Encoding",
+    }
+    if file in PUBLIC_SCRIPTS:
+        headers["Access-Control-Allow-Origin"] = "*"
+    if etag_matches(request.headers.get("if-none-match", ""), chosen.etag):
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+    if chosen is gzipped:
+        headers["Content-Encoding"] = "gzip"
+    return Response(chosen.body, media_type=STATIC_FILES[file], headers=headers)
 
 
 @dev_router.post(

@@ -3,6 +3,9 @@ import { createTracker } from "/static/pin-tracker.js";
 import { logout, mountSignIn } from "/static/sign-in.js";
 
 const TOKENS_KEY = "pin.demo.tokens";
+// The latest sign-in on this browser, so a tab opened after it starts signed in. Each tab
+// then keeps its own tokens (sessionStorage): two tabs may hold two users.
+const LATEST_SIGN_IN_KEY = "pin.demo.latestSignIn";
 // The number the development sign-in uses when none is typed.
 const DEVELOPER_PHONE = "+15550100200";
 const PROPERTIES = [
@@ -35,6 +38,15 @@ const NOT_TRACKING = {
   stopped: "Not tracking: this device was forgotten. Reload the page to start a new session.",
 };
 let viewing = null; // the property shown as open; only ever while the tracker records
+
+function adoptLatestSignIn() {
+  try {
+    const latest = localStorage.getItem(LATEST_SIGN_IN_KEY);
+    if (latest && !sessionStorage.getItem(TOKENS_KEY)) sessionStorage.setItem(TOKENS_KEY, latest);
+  } catch {
+    // Storage denied: this tab starts signed out.
+  }
+}
 
 function savedTokens() {
   try {
@@ -129,6 +141,7 @@ function mountDemoSignIn() {
     },
     onSignedIn: async (tokens) => {
       sessionStorage.setItem(TOKENS_KEY, JSON.stringify(tokens));
+      localStorage.setItem(LATEST_SIGN_IN_KEY, JSON.stringify(tokens));
       say(`Signed in; ${await linkDevice(tokens)}.`);
       showState();
     },
@@ -145,6 +158,7 @@ async function linkDevice(tokens) {
 async function signOut() {
   const tokens = savedTokens();
   sessionStorage.removeItem(TOKENS_KEY);
+  if (localStorage.getItem(LATEST_SIGN_IN_KEY) === JSON.stringify(tokens)) localStorage.removeItem(LATEST_SIGN_IN_KEY);
   if (tokens) await logout(tokens.accessToken).catch(() => {});
   const tracking = tracker.status === "tracking";
   await tracker.reset();
@@ -172,6 +186,7 @@ function forget() {
   showState();
 }
 
+adoptLatestSignIn();
 mountDemoSignIn();
 $("sign-out").addEventListener("click", signOut);
 $("opt-out").addEventListener("click", optOut);

@@ -136,9 +136,11 @@ function render(summary) {
   $("n-sessions").textContent = summary.sessions;
   $("n-guest").textContent = summary.guestSessions;
   $("n-user").textContent = summary.userSessions;
-  $("n-avg").textContent = formatDuration(summary.avgDurationSeconds);
-  $("n-p50").textContent = formatDuration(summary.p50DurationSeconds);
-  $("n-p90").textContent = formatDuration(summary.p90DurationSeconds);
+  // A range without sessions has no durations: a dash, not a made-up "0 s".
+  const duration = (seconds) => (summary.sessions && seconds != null ? formatDuration(seconds) : "—");
+  $("n-avg").textContent = duration(summary.avgDurationSeconds);
+  $("n-p50").textContent = duration(summary.p50DurationSeconds);
+  $("n-p90").textContent = duration(summary.p90DurationSeconds);
 
   const today = showToday();
   const byDay = new Map((summary.byDay ?? []).map((row) => [dayOf(row), row]));

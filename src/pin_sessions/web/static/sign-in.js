@@ -174,7 +174,7 @@ export function mountSignIn({ say, onSignedIn, anonymousId = async () => null, b
   }
 
   function phoneNumber() {
-    return $("phone").value.trim() || developerPhone;
+    return $("phone").value.trim();
   }
 
   async function busy(work) {
@@ -235,6 +235,12 @@ export function mountSignIn({ say, onSignedIn, anonymousId = async () => null, b
 
   $("sign-in-form").addEventListener("submit", (event) => {
     event.preventDefault();
+    // A code goes only to a number the user typed, never to one the page made up.
+    if (!phoneNumber()) {
+      say("Type your phone number first, e.g. +447911123456.", { error: true });
+      $("phone").focus();
+      return;
+    }
     busy(() => sendCode(phoneNumber()));
   });
   $("code-form").addEventListener("submit", (event) => {
@@ -250,7 +256,7 @@ export function mountSignIn({ say, onSignedIn, anonymousId = async () => null, b
   });
   $("sign-in").addEventListener("click", () =>
     busy(async () => {
-      const number = phoneNumber();
+      const number = phoneNumber() || developerPhone; // the one-click signs the developer in
       try {
         await beforeDeveloperSignIn(number);
       } catch (error) {
