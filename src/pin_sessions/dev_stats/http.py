@@ -1,4 +1,4 @@
-"""``GET /api/dev-stats/sessions/summary`` (SPEC §4)."""
+"""``GET /api/dev-stats/sessions/summary``: the session metrics dev-stats serves."""
 
 from __future__ import annotations
 
@@ -10,9 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pin_sessions.dev_stats.domain import parse_period
+from pin_sessions.dev_stats.errors import SummaryPeriodInvalid
 from pin_sessions.dev_stats.summary import Summary, summarize
+from pin_sessions.platform.auth_errors import (
+    AuthenticationRequired,
+    MissingPermission,
+    UserTokenRequired,
+)
 from pin_sessions.platform.http.dependencies import Now, ReadsDep, permission_required
-from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
+from pin_sessions.platform.http.openapi import example, parameters, problems, query_parameter
 from pin_sessions.platform.permissions import DEV_STATS_VIEW
 
 # Read by hand and parsed by the domain, so a bad or out-of-range date is our 400
@@ -29,7 +35,19 @@ class _Out(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
 
+DAY_EXAMPLE = {
+    "date": "2026-12-06",
+    "sessions": 42,
+    "guestSessions": 30,
+    "userSessions": 12,
+    "avgDurationSeconds": 311.5,
+}
+
+
 class DayOut(_Out):
+    """One UTC day's sessions (by the day they began)."""
+
+    model_config = example(DAY_EXAMPLE)
     date: date
     sessions: int
     guest_sessions: int
@@ -38,12 +56,29 @@ class DayOut(_Out):
 
 
 class DurationBucketOut(_Out):
+    """How many sessions lasted `fromSeconds` to `toSeconds`, both included."""
+
+    model_config = example({"fromSeconds": 256, "toSeconds": 263, "sessions": 3})
     from_seconds: int
     to_seconds: int
     sessions: int
 
 
 class SummaryOut(_Out):
+    """Session metrics of a range of days; durations in seconds, null for an empty range."""
+
+    model_config = example(
+        {
+            "sessions": 42,
+            "guestSessions": 30,
+            "userSessions": 12,
+            "avgDurationSeconds": 311.5,
+            "p50DurationSeconds": 240.0,
+            "p90DurationSeconds": 702.0,
+            "byDay": [DAY_EXAMPLE],
+            "durationHistogram": [{"fromSeconds": 256, "toSeconds": 263, "sessions": 3}],
+        }
+    )
     sessions: int
     guest_sessions: int
     user_sessions: int
@@ -66,7 +101,18 @@ router = APIRouter(prefix="/api/dev-stats", tags=["dev-stats"])
 @router.get(
     "/sessions/summary",
     dependencies=[permission_required(DEV_STATS_VIEW)],
-    responses=problems(400, 401, 403, 503),
+    operation_id="getSessionsSummary",
+    summary="Session metrics over a range of days",
+    responses=problems(
+        400,
+        401,
+        403,
+        503,
+        SummaryPeriodInvalid,
+        AuthenticationRequired,
+        UserTokenRequired,
+        MissingPermission,
+    ),
     openapi_extra=PERIOD_PARAMETERS,
 )
 async def sessions_summary(
@@ -75,7 +121,11 @@ async def sessions_summary(
     from_: Annotated[str | None, Query(alias="from", include_in_schema=False)] = None,
     to: Annotated[str | None, Query(include_in_schema=False)] = None,
 ) -> SummaryOut:
-    """Sessions that began between ``from`` and ``to`` (UTC days, both included)."""
+    """Counts and durations of the sessions that began between `from` and `to` (UTC days,
+    both included; at most 366 days; by default the 30 days up to today): guest and
+    signed-in sessions, average, median and 90th percentile duration, by day and as a
+    duration histogram. For holders of the `dev-stats.view` permission.
+    """
     period = parse_period(from_, to, today=now.date())
     return _render(await summarize(reads, period))
 

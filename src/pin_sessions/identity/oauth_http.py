@@ -44,7 +44,7 @@ from pin_sessions.identity.services import IdentityDep
 from pin_sessions.platform.auth import AUTHORIZATION_HEADER
 from pin_sessions.platform.http.dependencies import ClientIp, Now
 from pin_sessions.platform.http.headers import DuplicateHeader, single_header
-from pin_sessions.platform.http.openapi import problems
+from pin_sessions.platform.http.openapi import example, problems
 from pin_sessions.platform.key_set import KeySet
 from pin_sessions.settings import JWKS_MAX_AGE
 
@@ -60,6 +60,17 @@ BASIC_CHALLENGE = 'Basic realm="pin-sessions", charset="UTF-8"'
 
 
 class TokenOut(BaseModel):
+    """A service's access token (RFC 6749 §5.1): send it as `Authorization: Bearer …`."""
+
+    model_config = example(
+        {
+            "access_token": "eyJhbGciOiJFUzI1NiIsImtpZCI6Ii4uLiIsInR5cCI6ImF0K2p3dCJ9...",
+            "token_type": "Bearer",
+            "expires_in": 900,
+            "scope": "user-activity.internal",
+        }
+    )
+
     access_token: str
     token_type: str
     expires_in: int
@@ -67,20 +78,69 @@ class TokenOut(BaseModel):
 
 
 class OAuthErrorOut(BaseModel):
+    """An OAuth error (RFC 6749 §5.2), the format OAuth clients parse."""
+
+    model_config = example(
+        {"error": "invalid_client", "error_description": "client authentication failed"}
+    )
+
     error: str
     error_description: str
 
 
 class IntrospectionOut(BaseModel):
-    """RFC 7662 §2.2: ``active``, and when it is true, what the token says."""
+    """Whether the token is active now (RFC 7662 §2.2), and when it is, what it says."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "active": True,
+                    "token_type": "Bearer",
+                    "iss": "https://sessions.example.com",
+                    "aud": "pin-api",
+                    "sub": "3f0b1e52-7c1d-4a8e-9b6f-2d5c8e1a4b70",
+                    "sid": "01a252d8-d4cc-7d8a-a9c5-adbfee5252f0",
+                    "jti": "01a252da-6f1e-7a2b-8c3d-4e5f6a7b8c9d",
+                    "iat": 1796558400,
+                    "exp": 1796559300,
+                    "auth_time": 1796558396.482913,
+                }
+            ]
+        },
+    )
 
     active: bool
 
 
 class JwksOut(BaseModel):
+    """The public keys tokens are signed with (RFC 7517): verify a token with the key whose
+    `kid` its header names."""
+
+    model_config = example(
+        {
+            "keys": [
+                {
+                    "kty": "EC",
+                    "crv": "P-256",
+                    "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+                    "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0",
+                    "kid": "NzbLsXh8uDCcd-6MNwXF4W_7noWXFZAfHkxZsRGC9Xs",
+                    "use": "sig",
+                    "alg": "ES256",
+                }
+            ]
+        }
+    )
+
     keys: list[dict[str, Any]]
+
+
+_FORM_EXAMPLES = {
+    "grant_type": {"grant_type": "client_credentials", "scope": "user-activity.internal"},
+    "token": {"token": "eyJhbGciOiJFUzI1NiIsImtpZCI6Ii4uLiIsInR5cCI6ImF0K2p3dCJ9..."},
+}
 
 
 def _form_body(*fields: str, required: tuple[str, ...]) -> dict[str, Any]:
@@ -88,12 +148,16 @@ def _form_body(*fields: str, required: tuple[str, ...]) -> dict[str, Any]:
         "type": "object",
         "properties": {name: {"type": "string"} for name in fields},
         "required": list(required),
+        "examples": [_FORM_EXAMPLES[name] for name in fields if name in _FORM_EXAMPLES][:1],
     }
     return {"requestBody": {"required": True, "content": {FORM_CONTENT_TYPE: {"schema": schema}}}}
 
 
 _OAUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {"model": OAuthErrorOut, "description": "RFC 6749 §5.2 error"},
+    400: {
+        "model": OAuthErrorOut,
+        "description": "`invalid_request`, `invalid_scope` or `unsupported_grant_type`",
+    },
     401: {
         "model": OAuthErrorOut,
         "description": "invalid_client",
@@ -120,6 +184,15 @@ _OAUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+METADATA_EXAMPLE = {
+    "issuer": "https://sessions.example.com",
+    "token_endpoint": "https://sessions.example.com/oauth/token",
+    "jwks_uri": "https://sessions.example.com/.well-known/jwks.json",
+    "introspection_endpoint": "https://sessions.example.com/oauth/introspect",
+    "grant_types_supported": ["client_credentials"],
+}
+
+
 async def _oauth(services: IdentityDep) -> OAuthServer:
     return services.oauth
 
@@ -134,13 +207,20 @@ OAuth = Annotated[OAuthServer, Depends(_oauth)]
 @router.post(
     TOKEN_PATH,
     response_model=TokenOut,
+    operation_id="issueServiceToken",
+    summary="Get a service's access token (client credentials)",
     responses=_OAUTH_RESPONSES,
     openapi_extra=_form_body(
         "grant_type", "scope", "client_id", "client_secret", required=("grant_type",)
     ),
 )
 async def token(request: Request, oauth: OAuth, now: Now, client_ip: ClientIp) -> Response:
-    """The client-credentials grant (RFC 6749 §4.4): an m2m token for an authenticated client."""
+    """The client-credentials grant (RFC 6749 §4.4): an access token for a registered
+    service, with the scopes asked for (`scope`, space-separated; by default all the
+    client's). Authenticate with HTTP Basic (client id and secret) or the `client_id` and
+    `client_secret` fields. Errors are OAuth's JSON, not problem+json; 10 failed
+    authentications a minute per client or address answer 429.
+    """
     try:
         form = await _form(request)
         grant_type = form.get("grant_type")
@@ -158,13 +238,18 @@ async def token(request: Request, oauth: OAuth, now: Now, client_ip: ClientIp) -
 @router.post(
     INTROSPECTION_PATH,
     response_model=IntrospectionOut,
+    operation_id="introspectToken",
+    summary="Ask whether a token is active (services)",
     responses=_OAUTH_RESPONSES,
     openapi_extra=_form_body(
         "token", "token_type_hint", "client_id", "client_secret", required=("token",)
     ),
 )
 async def introspect(request: Request, oauth: OAuth, now: Now, client_ip: ClientIp) -> Response:
-    """RFC 7662: whether a token is active now, and what it says when it is."""
+    """Whether an access token is active now (RFC 7662) — signed by a published key,
+    unexpired, and for a user's token, its session still live — and what it says when it
+    is. The caller authenticates as a registered service, as for `issueServiceToken`.
+    """
     try:
         form = await _form(request)
         await _authenticated(request, form, oauth, client_ip, now)
@@ -176,16 +261,34 @@ async def introspect(request: Request, oauth: OAuth, now: Now, client_ip: Client
     return JSONResponse(await oauth.introspect(token_value, now), headers=NO_STORE)
 
 
-@router.get(JWKS_PATH, response_model=JwksOut, responses=problems(503))
+@router.get(
+    JWKS_PATH,
+    response_model=JwksOut,
+    operation_id="getSigningKeys",
+    summary="The public keys tokens are signed with",
+    responses=problems(503),
+)
 async def jwks(key_set: Annotated[KeySet, Depends(_key_set)]) -> Response:
-    """Every published public key (Next, Current, Retired) as a JWK Set (RFC 7517)."""
+    """Every published public key — the next, the current and retired ones whose tokens
+    may still be valid — as a JWK Set (RFC 7517); cache it for 5 minutes."""
     document = await key_set.document()
     return Response(document, media_type="application/json", headers=PUBLIC_CACHE)
 
 
-@router.get(METADATA_PATH)
+@router.get(
+    METADATA_PATH,
+    operation_id="getAuthorizationServerMetadata",
+    summary="Where the token endpoint and keys are (RFC 8414)",
+    responses={
+        200: {
+            "description": "Authorization server metadata",
+            "content": {"application/json": {"example": METADATA_EXAMPLE}},
+        }
+    },
+)
 async def metadata(oauth: OAuth) -> JSONResponse:
-    """Authorization server metadata (RFC 8414)."""
+    """The authorization server's metadata (RFC 8414): issuer, token, introspection and
+    keys endpoints, and the grant types supported."""
     return JSONResponse(oauth.metadata(), headers=PUBLIC_CACHE)
 
 

@@ -1,4 +1,4 @@
-"""Request and response bodies of identity's API (SPEC §4), camelCase on the wire.
+"""Request and response bodies of identity's API, camelCase on the wire.
 
 Request bodies forbid unknown fields.
 """
@@ -13,8 +13,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pin_sessions.identity.operations import TokenPair
+from pin_sessions.platform.http.openapi import example
 from pin_sessions.platform.http.validation import documented_pattern, pattern_check
 from pin_sessions.platform.phone_numbers import E164_IN_WORDS, E164_PATTERN
+
+# What an export of the caller's account looks like (exportMyAccount).
+EXPORT_EXAMPLE = {
+    "userId": "3f0b1e52-7c1d-4a8e-9b6f-2d5c8e1a4b70",
+    "phoneNumber": "+15550100200",
+    "exportedAt": "2026-12-07T12:00:00Z",
+    "signIns": [
+        {"sessionId": "01a252d8-d4cc-7d8a-a9c5-adbfee5252f0", "signedInAt": "2026-12-01T09:30:00Z"}
+    ],
+}
 
 MAX_REFRESH_TOKEN_LENGTH = 256
 # A code of any other shape is simply a wrong code (400, one attempt used), not a 422 that
@@ -31,10 +42,15 @@ class _Out(BaseModel):
 
 
 class NoFieldsBody(_Body):
-    """Logout's and the revoke routes' body: absent or ``{}``; any field is refused (SPEC §4)."""
+    """No fields: send no body, or `{}`; any field is refused."""
+
+    model_config = example({})
 
 
 class SignInRequestBody(_Body):
+    """The phone to text a sign-in code to."""
+
+    model_config = example({"phoneNumber": "+15550100200"})
     phone_number: Annotated[
         str,
         pattern_check(E164_PATTERN, E164_IN_WORDS),
@@ -44,20 +60,44 @@ class SignInRequestBody(_Body):
 
 
 class SignInRequestOut(_Out):
+    """The sign-in request to confirm, and until when its code is valid."""
+
+    model_config = example(
+        {"requestId": "01a252d8-46b9-7c2e-8f1a-3b5d7e9f1a2c", "expiresAt": "2026-12-07T12:05:00Z"}
+    )
     request_id: uuid.UUID
     expires_at: datetime
 
 
 class ConfirmBody(_Body):
+    """The sign-in request and the code its SMS carried."""
+
+    model_config = example({"requestId": "01a252d8-46b9-7c2e-8f1a-3b5d7e9f1a2c", "code": "482913"})
     request_id: uuid.UUID
     code: Annotated[str, Field(max_length=MAX_CODE_LENGTH)]
 
 
 class RefreshBody(_Body):
+    """The refresh token of the last pair received."""
+
+    model_config = example({"refreshToken": "q3Vt9mK2xR7pL0sW4yB8nE1cF6hJ5aD2gT9uI3oP7kM"})
     refresh_token: Annotated[str, Field(min_length=1, max_length=MAX_REFRESH_TOKEN_LENGTH)]
 
 
 class TokenPairOut(_Out):
+    """A signed-in user's tokens: send the access token as `Authorization: Bearer …`; keep
+    the refresh token to get the next pair."""
+
+    model_config = example(
+        {
+            "userId": "3f0b1e52-7c1d-4a8e-9b6f-2d5c8e1a4b70",
+            "sessionId": "01a252d8-d4cc-7d8a-a9c5-adbfee5252f0",
+            "accessToken": "eyJhbGciOiJFUzI1NiIsImtpZCI6Ii4uLiIsInR5cCI6ImF0K2p3dCJ9...",
+            "accessTokenExpiresAt": "2026-12-07T12:15:00Z",
+            "refreshToken": "q3Vt9mK2xR7pL0sW4yB8nE1cF6hJ5aD2gT9uI3oP7kM",
+            "refreshTokenExpiresAt": "2027-01-06T12:00:00Z",
+        }
+    )
     user_id: uuid.UUID
     session_id: uuid.UUID
     access_token: str
@@ -78,12 +118,28 @@ class TokenPairOut(_Out):
 
 
 class DeviceOut(_Out):
+    """The device a session signed in from, as its user agent says."""
+
+    model_config = example({"type": "Mobile", "os": "iOS 18", "browser": "Mobile Safari 18"})
     type: str
     os: str | None
     browser: str | None
 
 
 class SessionOut(_Out):
+    """One signed-in device of the caller; `current` marks the one calling."""
+
+    model_config = example(
+        {
+            "sessionId": "01a252d8-d4cc-7d8a-a9c5-adbfee5252f0",
+            "status": "Active",
+            "createdAt": "2026-12-01T09:30:00Z",
+            "lastUsedAt": "2026-12-07T11:58:00Z",
+            "expiresAt": "2027-01-06T11:58:00Z",
+            "device": {"type": "Mobile", "os": "iOS 18", "browser": "Mobile Safari 18"},
+            "current": True,
+        }
+    )
     session_id: uuid.UUID
     status: str
     created_at: datetime
@@ -94,8 +150,28 @@ class SessionOut(_Out):
 
 
 class SessionsOut(_Out):
+    """The caller's live sessions."""
+
+    model_config = example(
+        {
+            "items": [
+                {
+                    "sessionId": "01a252d8-d4cc-7d8a-a9c5-adbfee5252f0",
+                    "status": "Active",
+                    "createdAt": "2026-12-01T09:30:00Z",
+                    "lastUsedAt": "2026-12-07T11:58:00Z",
+                    "expiresAt": "2027-01-06T11:58:00Z",
+                    "device": {"type": "Mobile", "os": "iOS 18", "browser": "Mobile Safari 18"},
+                    "current": True,
+                }
+            ]
+        }
+    )
     items: list[SessionOut]
 
 
 class DevCodeOut(_Out):
+    """The code a development SMS carried."""
+
+    model_config = example({"code": "482913"})
     code: str

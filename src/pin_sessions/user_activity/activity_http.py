@@ -13,7 +13,17 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Path, Request
 from fastapi.responses import StreamingResponse
 
-from pin_sessions.platform.http.anonymous_id import RequiredDevice, anonymous_id_parameter
+from pin_sessions.platform.auth_errors import (
+    AuthenticationRequired,
+    MissingPermission,
+    UserTokenRequired,
+)
+from pin_sessions.platform.http.anonymous_id import (
+    AnonymousIdInvalid,
+    AnonymousIdRequired,
+    RequiredDevice,
+    anonymous_id_parameter,
+)
 from pin_sessions.platform.http.dependencies import (
     ClaimedUser,
     DatabaseDep,
@@ -24,14 +34,24 @@ from pin_sessions.platform.http.dependencies import (
     optional_user,
     permission_required,
 )
-from pin_sessions.platform.http.idempotency_key import IdempotencyKey, idempotency_key_parameter
+from pin_sessions.platform.http.idempotency_key import (
+    IdempotencyKey,
+    IdempotencyKeyInvalid,
+    idempotency_key_parameter,
+)
 from pin_sessions.platform.http.openapi import parameters, problems
 from pin_sessions.platform.permissions import HISTORY_VIEW_BY_USER
 from pin_sessions.platform.streamed_json import stream_json
 from pin_sessions.user_activity import history, recording
 from pin_sessions.user_activity.domain import duration_seconds
+from pin_sessions.user_activity.errors import (
+    CursorInvalid,
+    IdempotencyKeyReused,
+    LimitInvalid,
+    UserErased,
+    ViewNotFound,
+)
 from pin_sessions.user_activity.http import (
-    DEVICE_BODY_PROBLEMS,
     PAGE_PARAMETERS,
     PREFIX,
     REQUIRED_DEVICE,
@@ -43,6 +63,7 @@ from pin_sessions.user_activity.http import (
 )
 from pin_sessions.user_activity.idempotency import request_hash
 from pin_sessions.user_activity.schemas import (
+    EXPORT_EXAMPLE,
     ActionRecorded,
     ActionRequest,
     EndViewRequest,
@@ -57,6 +78,18 @@ from pin_sessions.user_activity.user_data import ActivityData
 # The routes that record something new: a retried POST after a lost answer records once.
 IDEMPOTENT_DEVICE = parameters(anonymous_id_parameter(required=True), idempotency_key_parameter())
 
+RECORDING_PROBLEMS = problems(
+    400,
+    401,
+    413,
+    422,
+    503,
+    AnonymousIdInvalid,
+    AnonymousIdRequired,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyReused,
+)
+
 router = APIRouter(prefix=PREFIX, tags=["user-activity"])
 
 
@@ -64,7 +97,9 @@ router = APIRouter(prefix=PREFIX, tags=["user-activity"])
     "/actions",
     status_code=201,
     response_model=ActionRecorded,
-    responses=DEVICE_BODY_PROBLEMS,
+    operation_id="recordAction",
+    summary="Record what the visitor did",
+    responses=RECORDING_PROBLEMS,
     openapi_extra=IDEMPOTENT_DEVICE,
 )
 async def record_action(
@@ -76,10 +111,12 @@ async def record_action(
     user: OptionalUser,
     key: IdempotencyKey,
 ) -> ActionRecorded:
-    """Record an action; it counts as activity of the device's session.
+    """Record an action (`type`, optionally the property object and up to 8 KiB of JSON
+    `data`) in the device's session; it counts as activity. A device without an open
+    session starts one.
 
-    With ``Idempotency-Key``, a repeat within 24 hours records nothing and gets the first
-    answer; the same key with another body is 422 USER_ACTIVITY_IDEMPOTENCY_KEY_REUSED.
+    With `Idempotency-Key`, a repeat within 24 hours records nothing and gets the first
+    answer; the same key with another body is 422 `USER_ACTIVITY_IDEMPOTENCY_KEY_REUSED`.
     """
     recorded = await recording.record_action(
         db,
@@ -99,7 +136,9 @@ async def record_action(
     "/property-views",
     status_code=201,
     response_model=ViewStarted,
-    responses=DEVICE_BODY_PROBLEMS,
+    operation_id="startPropertyView",
+    summary="Start viewing a property object",
+    responses=RECORDING_PROBLEMS,
     openapi_extra=IDEMPOTENT_DEVICE,
 )
 async def start_view(
@@ -111,8 +150,10 @@ async def start_view(
     user: OptionalUser,
     key: IdempotencyKey,
 ) -> ViewStarted:
-    """Start viewing a property object; counts as activity. ``Idempotency-Key`` as for
-    actions."""
+    """Start a view of a property object in the device's session; it counts as activity.
+    End it with `endPropertyView`; a view still open when its session ends ends with it.
+    `Idempotency-Key` as for `recordAction`.
+    """
     started = await recording.start_view(
         db,
         anonymous_id,
@@ -130,7 +171,11 @@ async def start_view(
 @router.post(
     "/property-views/{viewId}/end",
     response_model=ViewEnded,
-    responses=problems(400, 401, 404, 413, 422, 503),
+    operation_id="endPropertyView",
+    summary="End a property view",
+    responses=problems(
+        400, 401, 413, 422, 503, AnonymousIdInvalid, AnonymousIdRequired, ViewNotFound
+    ),
     openapi_extra=REQUIRED_DEVICE,
     # Credentials, when sent, must be valid; but the device owns its views, not the user.
     dependencies=[Depends(optional_user)],
@@ -142,7 +187,8 @@ async def end_view(
     anonymous_id: RequiredDevice,
     _body: Annotated[EndViewRequest | None, Body()] = None,
 ) -> ViewEnded:
-    """End a view of this device; ending it again reports the same duration."""
+    """End a view this device started; ending it again reports the same duration. Another
+    device's view is a 404."""
     ended = await recording.end_view(db, anonymous_id, view_id, now)
     return ViewEnded(view_id=ended.view_id, duration_seconds=duration_seconds(ended.duration))
 
@@ -150,7 +196,20 @@ async def end_view(
 @router.get(
     "/users/{userId}/sessions",
     response_model=History,
-    responses=problems(400, 401, 403, 422, 503),
+    operation_id="listUserSessions",
+    summary="List any user's sessions (staff)",
+    responses=problems(
+        400,
+        401,
+        403,
+        422,
+        503,
+        CursorInvalid,
+        LimitInvalid,
+        AuthenticationRequired,
+        UserTokenRequired,
+        MissingPermission,
+    ),
     openapi_extra=parameters(*PAGE_PARAMETERS),
     dependencies=[permission_required(HISTORY_VIEW_BY_USER)],
 )
@@ -161,7 +220,8 @@ async def user_history(
     limit: LimitParam = None,
     cursor: CursorParam = None,
 ) -> History:
-    """Any user's history, for holders of ``user-activity.history.view-by-user``."""
+    """Any user's sessions with their actions and views, newest first, for holders of the
+    `user-activity.history.view-by-user` permission."""
     page = await history.user_history(
         reads, user_id, limit=history.page_size(limit), cursor=cursor, now=now
     )
@@ -183,12 +243,16 @@ async def _activity_data(services: UserActivityDep) -> ActivityData:
 @router.get(
     "/me/export",
     response_class=StreamingResponse,
+    operation_id="exportMyActivity",
+    summary="Download every session, view and action of the caller",
     responses={
         200: {
-            "description": "Every session, view and action of the caller (SPEC §10), streamed",
-            "content": {"application/json": {"schema": {"type": "object"}}},
+            "description": "Every session, view and action of the caller, streamed",
+            "content": {
+                "application/json": {"schema": {"type": "object"}, "example": EXPORT_EXAMPLE}
+            },
         },
-        **problems(400, 401, 404, 503),
+        **problems(400, 401, 503, AuthenticationRequired, UserTokenRequired, UserErased),
     },
 )
 async def export_me(
@@ -197,7 +261,8 @@ async def export_me(
     data: Annotated[ActivityData, Depends(_activity_data)],
     now: Now,
 ) -> StreamingResponse:
-    """The caller's sessions with their views and actions; IP addresses masked."""
+    """The caller's sessions with their views and actions, as one JSON document; IP
+    addresses masked."""
     document = await data.export(claimed.user_id, now)
     await live_user(request)
     return StreamingResponse(

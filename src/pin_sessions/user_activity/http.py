@@ -20,8 +20,14 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
 from pin_sessions.platform.auth import UserPrincipal
-from pin_sessions.platform.auth_errors import AuthenticationRequired
+from pin_sessions.platform.auth_errors import (
+    AuthenticationRequired,
+    MissingPermission,
+    UserTokenRequired,
+)
 from pin_sessions.platform.http.anonymous_id import (
+    AnonymousIdInvalid,
+    AnonymousIdRequired,
     OptionalDevice,
     RequiredDevice,
     anonymous_id_parameter,
@@ -38,13 +44,19 @@ from pin_sessions.platform.http.dependencies import (
     optional_user,
     permission_required,
 )
-from pin_sessions.platform.http.idempotency_key import IdempotencyKey, idempotency_key_parameter
+from pin_sessions.platform.http.headers import DuplicateHeader
+from pin_sessions.platform.http.idempotency_key import (
+    IdempotencyKey,
+    IdempotencyKeyInvalid,
+    idempotency_key_parameter,
+)
 from pin_sessions.platform.http.openapi import parameters, problems, query_parameter
 from pin_sessions.platform.http.security_schemes import OPTIONAL_USER
 from pin_sessions.platform.http.wiring import request_services
 from pin_sessions.platform.permissions import DEV_STATS_VIEW
 from pin_sessions.user_activity import history, linking, sessions
 from pin_sessions.user_activity.domain import DeviceInfo, SignedInCaller, device_info
+from pin_sessions.user_activity.errors import CursorInvalid, LimitInvalid, SessionAlreadyEnded
 from pin_sessions.user_activity.linking import StaleLinks
 from pin_sessions.user_activity.schemas import (
     HeartbeatAccepted,
@@ -70,7 +82,7 @@ REQUIRED_DEVICE = parameters(anonymous_id_parameter(required=True))
 # Errors every guest-or-user route with a body can answer: a bad device header or JSON
 # (400), a bad Bearer token (401), a body over the limit (413) or refused (422), and a
 # database that did not answer in time (503).
-DEVICE_BODY_PROBLEMS = problems(400, 401, 413, 422, 503)
+DEVICE_BODY_PROBLEMS = problems(400, 401, 413, 422, 503, AnonymousIdInvalid, AnonymousIdRequired)
 
 # A plain string, parsed by `history.page_size`, so a bad limit is a 400 like a bad cursor;
 # the document describes it as the integer it must be.
@@ -115,14 +127,17 @@ def history_response(page: history.HistoryPage) -> History:
 
 
 async def heartbeat(request: Request) -> Response:
-    """Extend the device's Active session; a new one starts when there is none.
+    """Extend the device's session to now; send it about once a minute while the visitor
+    is active. When the session has ended (after 15 idle minutes), a new one starts and
+    the answer says `restarted: true` with the new `sessionId`.
 
-    Every device, once a minute: by far the most frequent request, so it reads all it
-    needs from the request itself and the app also serves it ahead of the framework
-    (``platform.http.fast_path``), through this same function. Extending a session is its
-    share of one group-committed UPDATE (``heartbeats``); only a restart asks whether the
-    caller's token is still live and parses the device (INV-SES-003).
+    The body is optional (`{}` or none); the server's clock sets every time.
     """
+    # Every device, once a minute: by far the most frequent request, so it reads all it
+    # needs from the request itself and the app also serves it ahead of the framework
+    # (platform.http.fast_path), through this same function. Extending a session is its
+    # share of one group-committed UPDATE (heartbeats); only a restart asks whether the
+    # caller's token is still live and parses the device.
     anonymous_id = await required_device(request)
     wired = request_services(request)
     given = wired.http
@@ -152,6 +167,8 @@ router.add_api_route(
     "/sessions/heartbeat",
     heartbeat,
     methods=["POST"],
+    operation_id="sendHeartbeat",
+    summary="Keep the device's session alive",
     response_class=Response,
     responses={
         200: {"model": HeartbeatAccepted, "description": "The session now"},
@@ -192,7 +209,11 @@ async def _refuse_fields(request: Request) -> None:
 @router.post(
     "/sessions/start",
     response_model=SessionStarted,
-    responses=DEVICE_BODY_PROBLEMS,
+    operation_id="startSession",
+    summary="Start or continue the device's session",
+    responses=problems(
+        400, 401, 413, 422, 503, AnonymousIdInvalid, IdempotencyKeyInvalid, DuplicateHeader
+    ),
     openapi_extra=parameters(
         anonymous_id_parameter(required=False),
         idempotency_key_parameter(
@@ -239,20 +260,26 @@ async def _stale_links(services: UserActivityDep) -> StaleLinks:
 
 
 # A link never changes an ended session (INV-SES-006): the one conflict it can answer.
-LINK_PROBLEMS = problems(400, 401, 409, 413, 422, 503)
-LINK_PROBLEMS[409] = {
-    **LINK_PROBLEMS[409],
-    "description": (
-        "`USER_ACTIVITY_SESSION_ALREADY_ENDED`: the session being linked ended meanwhile; "
-        "link again to link the device's next session"
-    ),
-}
+LINK_PROBLEMS = problems(
+    400,
+    401,
+    413,
+    422,
+    503,
+    AnonymousIdInvalid,
+    AnonymousIdRequired,
+    AuthenticationRequired,
+    UserTokenRequired,
+    SessionAlreadyEnded,
+)
 
 
 @router.post(
     "/sessions/link",
     response_model=SessionLinked,
     responses=LINK_PROBLEMS,
+    operation_id="linkSession",
+    summary="Link the device's session to the signed-in user",
     openapi_extra=REQUIRED_DEVICE,
 )
 async def link(
@@ -264,9 +291,11 @@ async def link(
     stale_links: Annotated[StaleLinks, Depends(_stale_links)],
     _body: Annotated[LinkRequest | None, Body()] = None,
 ) -> Response:
-    """Link the device's session to the caller (INV-SES-002).
+    """Link the device's session to the caller; call it right after a sign-in.
 
-    A stale link (another user signed in on the device after the caller, and linked it:
+    Linking the same user again changes nothing. If another user's session is on the
+    device, it ends and a new session starts for the caller (`switched: true`). A stale
+    link (another user signed in on the device after the caller, and linked it)
     changes nothing and is a 200 all the same, as a repeated link is: it is the outcome of a
     race between sign-ins, not a client's mistake. Its answer is the device's session as it
     is (as a start would show it: another user's, or a guest's with nulls), with
@@ -295,7 +324,9 @@ async def link(
 @router.get(
     "/sessions",
     response_model=History,
-    responses=problems(400, 401, 503),
+    operation_id="listMySessions",
+    summary="List the caller's sessions, or the device's",
+    responses=problems(400, 401, 503, CursorInvalid, LimitInvalid, AuthenticationRequired),
     openapi_extra=parameters(*PAGE_PARAMETERS, anonymous_id_parameter(required=False)),
 )
 async def own_history(
@@ -306,7 +337,10 @@ async def own_history(
     limit: LimitParam = None,
     cursor: CursorParam = None,
 ) -> History:
-    """A user's own sessions, or a guest's own device's unlinked sessions."""
+    """A signed-in user's own sessions (every device), or, for a guest, the sessions of
+    this device that no user is linked to; newest first, each with its latest actions and
+    views. Page with `limit` and `nextCursor`.
+    """
     size = history.page_size(limit)
     if user is not None:
         page = await history.user_history(reads, user.user_id, limit=size, cursor=cursor, now=now)
@@ -320,14 +354,14 @@ async def own_history(
 @router.get(
     "/sessions/open-count",
     response_model=OpenSessions,
-    responses=problems(400, 401, 403, 503),
+    operation_id="countOpenSessions",
+    summary="Count the sessions open right now",
+    responses=problems(400, 401, 403, 503, AuthenticationRequired, MissingPermission),
     dependencies=[permission_required(DEV_STATS_VIEW)],
 )
 async def open_sessions(db: DatabaseDep, now: Now) -> OpenSessions:
-    """Sessions open right now (Active), for the dev-stats dashboard.
-
-    dev-stats learns of a session only when it ends, so the live count comes from here, to
-    the same readers: holders of ``dev-stats.view``.
-    """
+    """The sessions open right now, for holders of the `dev-stats.view` permission."""
+    # dev-stats learns of a session only when it ends, so the live count comes from here,
+    # to the same readers.
     count = await history.count_open_sessions(db)
     return OpenSessions(open_sessions=count, counted_at=now)

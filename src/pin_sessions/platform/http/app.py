@@ -19,7 +19,7 @@ from pin_sessions.platform.http.head import HeadAsGet
 from pin_sessions.platform.http.health import metrics_router
 from pin_sessions.platform.http.health import router as health_router
 from pin_sessions.platform.http.middleware import QUIET_PATHS, RequestContextMiddleware
-from pin_sessions.platform.http.openapi import install_problem_schema
+from pin_sessions.platform.http.openapi import document_info, install_problem_schema
 from pin_sessions.platform.http.problem_types import router as problem_types_router
 from pin_sessions.platform.http.problems import install_problem_handlers
 from pin_sessions.platform.http.wiring import AppServices, ContextServices, HttpServices, install
@@ -74,6 +74,7 @@ def create_http_app(
     app = ServiceApp(
         title="PIN Sessions",
         version="1",
+        **document_info(settings.effective_public_url),
         lifespan=lifespan,
         # SPEC §11: in prod the API's map only when PIN_HTTP__DOCS=1 says so.
         openapi_url=OPENAPI_PATH if settings.serves_docs else None,

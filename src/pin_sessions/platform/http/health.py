@@ -33,18 +33,34 @@ READINESS_TIMEOUT_SECONDS = 2.0
 
 
 class Status(BaseModel):
+    """The process's state."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+
     status: str
 
 
 class ReplicaStatus(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    """The read replica's state, when one is set."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        json_schema_extra={"examples": [{"state": "ok", "lagSeconds": 0.4}]},
+    )
 
     state: str = Field(description="ok (serves reads), lagging, down, not_replica or unknown")
     lag_seconds: float | None = Field(description="How far it is behind the primary, if known")
 
 
 class ReadyStatus(Status):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    """Ready: the database answers and its migrations are current."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        json_schema_extra={"examples": [{"status": "ready"}]},
+    )
 
     read_replica: ReplicaStatus | None = Field(
         default=None, description="Only with PIN_DATABASE__READ_URL; never makes /readyz fail"
@@ -54,18 +70,22 @@ class ReadyStatus(Status):
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", summary="The process is alive")
+@router.get("/healthz", operation_id="checkHealth", summary="The process is alive")
 async def healthz() -> Status:
+    """200 while the process runs (a liveness probe); it asks the database nothing."""
     return Status(status="ok")
 
 
 @router.get(
     "/readyz",
+    operation_id="checkReadiness",
     summary="The database answers and its migrations are current",
     response_model=ReadyStatus,
     responses=problems(503),
 )
 async def readyz(request: Request, database: DatabaseDep) -> Response:
+    """200 when the process should get traffic (a readiness probe); 503 naming the cause
+    while the database does not answer, migrations are pending, or the process stops."""
     wired = request_services(request)
     replica = wired.http.reads.replica_status()
     named = {} if replica is None else {"readReplica": replica}
@@ -97,9 +117,20 @@ metrics_router = APIRouter(tags=["operations"])
 
 @metrics_router.get(
     "/metrics",
+    operation_id="getMetrics",
     summary="Prometheus metrics",
+    description="The process's metrics in Prometheus' text format, for scraping.",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    responses={
+        200: {
+            "content": {
+                CONTENT_TYPE_LATEST: {
+                    "schema": {"type": "string"},
+                    "example": "# TYPE pin_outbox_pending gauge\npin_outbox_pending 0.0\n",
+                }
+            }
+        }
+    },
 )
 async def metrics(request: Request) -> Response:
     registry = request_services(request).metrics_view

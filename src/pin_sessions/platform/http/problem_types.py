@@ -70,8 +70,14 @@ def _error_classes() -> list[type[AppError]]:
         for subclass in pending.pop().__subclasses__():
             found.append(subclass)
             pending.append(subclass)
-    # A context's base class (no code of its own) is never raised.
-    return [error for error in found if error is AppError or "code" in vars(error)]
+    # A context's base class (no code of its own) is never raised; the catalogue is the
+    # service's own codes.
+    return [
+        error
+        for error in found
+        if error.__module__.startswith("pin_sessions.")
+        and (error is AppError or "code" in vars(error))
+    ]
 
 
 def _problem_type(code: str, classes: list[type[AppError]]) -> ProblemType:
