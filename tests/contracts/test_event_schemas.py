@@ -1,4 +1,4 @@
-"""Every event the code writes matches its JSON Schema in ``contracts/`` (SPEC §6).
+"""Every event the code writes matches its JSON Schema in ``contracts/``.
 
 The events come from the real operations — sign-in, logout, link and its force-close,
 a view ended by its device, the activity closer, an erasure — read back from the outbox.
@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from jsonschema import Draft202012Validator, ValidationError
+from jsonschema import Draft202012Validator, FormatChecker, ValidationError
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.platform.clock import FixedClock
@@ -25,6 +25,7 @@ from tests.user_activity.conftest import device, outbox
 from tests.user_activity.jobs.support import close_once
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
+FORMATS = FormatChecker()
 TOPICS = {
     "pin.identity.sign-ins.v1",
     "pin.identity.session-revoked.v1",
@@ -122,6 +123,14 @@ def test_each_contract_is_a_valid_closed_schema(topic: str) -> None:
     Draft202012Validator.check_schema(contract)
     assert contract["additionalProperties"] is False
     assert set(contract["required"]) == set(contract["properties"])
+
+
+@pytest.mark.parametrize("topic", sorted(TOPICS))
+def test_each_contract_carries_an_example_that_validates(topic: str) -> None:
+    contract = schema(topic)
+    assert contract["examples"]
+    for example in contract["examples"]:
+        Draft202012Validator(contract, format_checker=FORMATS).validate(example)
 
 
 def test_the_contracts_folder_holds_exactly_the_topics() -> None:

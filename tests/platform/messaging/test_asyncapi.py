@@ -65,6 +65,20 @@ def test_each_channel_message_carries_its_topic_schema_and_metadata() -> None:
         assert message["bindings"]["kafka"]["key"]["format"] == "uuid"
 
 
+def test_each_message_carries_an_example_whose_headers_and_payload_validate() -> None:
+    document, schemas = _document(), _schemas()
+    headers = document["components"]["messageTraits"]["IntegrationEventHeaders"]["headers"]
+    for channel in document["channels"].values():
+        _, schema = schemas[channel["address"]]
+        [reference] = channel["messages"].values()
+        message = _resolve(document, reference["$ref"])
+        assert message["examples"], channel["address"]
+        for example in message["examples"]:
+            Draft202012Validator(schema).validate(example["payload"])
+            Draft202012Validator(headers).validate(example["headers"])
+            assert example["headers"]["EventType"] == schema["x-event-type"]
+
+
 def test_the_headers_the_relay_sends_match_the_documented_headers() -> None:
     document = _document()
     headers = document["components"]["messageTraits"]["IntegrationEventHeaders"]["headers"]
