@@ -15,6 +15,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -23,8 +24,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap.api import build_api
-from pin_sessions.bootstrap.database import build_reads, build_runtime
+from pin_sessions.bootstrap.database import build_reads, build_runtime, worker_database
 from pin_sessions.platform.clock import FixedClock
+from pin_sessions.platform.jobs import PollingWorker
 from pin_sessions.platform.reads import Reads
 from pin_sessions.platform.replica import ReadReplica, ReplicaState
 from pin_sessions.settings import load_settings
@@ -33,8 +35,11 @@ from tests.support.failover import PairTemplate, ServerPair
 from tests.support.http import in_process
 from tests.support.postgres import TEST_DATABASE_URL_VARIABLE
 from tests.support.waiting import wait_until
+from tests.user_activity.jobs.rows import insert_sessions
+from tests.user_activity.jobs.support import closer_worker
 
 ACTIONS = "/api/user-activity/actions"
+HOUR = timedelta(hours=1)
 # A start of a server and a promotion on a loaded two-core machine take their time.
 RECOVERY_TIMEOUT = 30.0
 # Shorter than the hang, as a device's fetch that gives up on a slow answer.
@@ -238,3 +243,71 @@ async def test_a_read_url_naming_the_primary_first_reads_on_the_standby_until_it
     finally:
         await reads.replica.close()
         await runtime.database.close()
+
+
+SELECT_SESSION_ENDED = """
+select position, aggregate_id from messaging.outbox
+where event_type = 'pin.user-activity.session-ended'
+order by position
+"""
+STALE_SESSIONS = 3000
+CLOSER_BATCH = 100
+
+
+async def test_a_failover_while_the_closer_is_mid_batch_loses_no_event_and_keeps_their_order(
+    pair: ServerPair, settings_env: dict[str, str]
+) -> None:
+    """Each batch closes its sessions and appends their events in one transaction: a batch
+    the failover cut is rolled back whole and closed again on the new primary; every batch
+    acknowledged before is on the standby, and the outbox goes on after it in order."""
+    url = pair.url()
+    settings = load_settings({**settings_env, "PIN_DATABASE_URL": url})
+    runtime = build_runtime(settings, url, clock=FixedClock(T0), registry=CollectorRegistry())
+    closer_database = worker_database(settings, url)
+    await closer_database.open()
+    try:
+        async with closer_database.transaction() as conn:
+            sessions = await insert_sessions(
+                conn, count=STALE_SESSIONS, created_at=T0 - HOUR, last_activity_at=T0 - HOUR
+            )
+        worker = closer_worker(
+            runtime, CollectorRegistry(), database=closer_database, batch_size=CLOSER_BATCH
+        )
+        passing = asyncio.create_task(worker.run_pass(asyncio.Event()))
+        await wait_until(
+            lambda: _events_at_least(pair.primary.admin_dsn(), 2 * CLOSER_BATCH), timeout=60
+        )
+        with pair.primary_frozen():
+            pair.kill_primary()
+        cut = await passing
+        pair.promote_standby()
+        before = await _session_ended(pair.standby.admin_dsn())
+
+        assert cut is not None and not cut.succeeded  # the failover did cut the run
+        assert 2 * CLOSER_BATCH <= len(before) < STALE_SESSIONS
+        await wait_until(lambda: _pass_succeeds(worker), timeout=RECOVERY_TIMEOUT, interval=0.2)
+    finally:
+        await closer_database.close()
+
+    after = await _session_ended(pair.standby.admin_dsn())
+    assert after[: len(before)] == before  # what was acknowledged stayed, in its place
+    assert sorted(aggregate for _, aggregate in after) == sorted(map(str, sessions))
+    assert [position for position, _ in after] == sorted({position for position, _ in after})
+
+
+async def _events_at_least(dsn: str, count: int) -> bool:
+    return len(await _session_ended(dsn)) >= count
+
+
+async def _session_ended(dsn: str) -> list[tuple[int, str]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(SELECT_SESSION_ENDED)
+    finally:
+        await conn.close()
+    return [(row["position"], row["aggregate_id"]) for row in rows]
+
+
+async def _pass_succeeds(worker: PollingWorker) -> bool:
+    result = await worker.run_pass(asyncio.Event())
+    return result is not None and result.succeeded
