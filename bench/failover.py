@@ -172,10 +172,10 @@ async def books(pair: ServerPair, run: Run) -> dict[str, int]:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     template = PairTemplate()
-    await asyncio.to_thread(template.create)
     pair = ServerPair(template)
-    await asyncio.to_thread(pair.create)
     try:
+        await asyncio.to_thread(template.create)
+        await asyncio.to_thread(pair.create)
         return await measure(pair, args)
     finally:
         pair.remove()
