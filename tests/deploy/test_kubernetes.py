@@ -199,7 +199,83 @@ KAFKA_USER = {
         },
     },
 }
+# The fields of CloudNativePG's postgresql.cnpg.io/v1 Cluster these manifests use.
+CLUSTER = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "postgresql.cnpg.io/v1"},
+        "kind": {"const": "Cluster"},
+        "metadata": METADATA,
+        "spec": {
+            "type": "object",
+            "required": ["instances", "postgresql", "bootstrap", "storage"],
+            "additionalProperties": False,
+            "properties": {
+                "instances": {"type": "integer", "minimum": 1},
+                "imageName": {"type": "string"},
+                "primaryUpdateStrategy": {"enum": ["unsupervised", "supervised"]},
+                "primaryUpdateMethod": {"enum": ["switchover", "restart"]},
+                "failoverDelay": {"type": "integer", "minimum": 0},
+                "postgresql": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "synchronous": {
+                            "type": "object",
+                            "required": ["method", "number"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "method": {"enum": ["any", "first"]},
+                                "number": {"type": "integer", "minimum": 1},
+                                "dataDurability": {"enum": ["required", "preferred"]},
+                            },
+                        },
+                        "parameters": STRING_MAP,
+                    },
+                },
+                "bootstrap": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "initdb": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "database": {"type": "string"},
+                                "owner": {"type": "string"},
+                            },
+                        }
+                    },
+                },
+                "storage": {
+                    "type": "object",
+                    "required": ["size"],
+                    "additionalProperties": False,
+                    "properties": {"size": {"type": "string"}, "storageClass": {"type": "string"}},
+                },
+                "resources": {"type": "object"},
+                "affinity": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "enablePodAntiAffinity": {"type": "boolean"},
+                        "podAntiAffinityType": {"enum": ["preferred", "required"]},
+                        "topologyKey": {"type": "string"},
+                    },
+                },
+                "monitoring": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"enablePodMonitor": {"type": "boolean"}},
+                },
+            },
+        },
+    },
+}
 CUSTOM_SCHEMAS = {
+    "Cluster": CLUSTER,
     "ServiceMonitor": SERVICE_MONITOR,
     "PrometheusRule": PROMETHEUS_RULE,
     "KafkaUser": KAFKA_USER,
@@ -269,6 +345,8 @@ def test_every_object_is_valid_against_its_schema() -> None:
         "PodDisruptionBudget": 2 + len(CONSUMERS),
         "ServiceMonitor": 1,
         "PrometheusRule": 1,
+        # The PostgreSQL of CloudNativePG, a primary and its standbys.
+        "Cluster": 1,
         # The relay and each consumer reach Kafka as a user of their own.
         "KafkaUser": 1 + len(CONSUMERS),
     }
@@ -482,9 +560,49 @@ def test_the_operators_kafka_acls_grant_what_the_manifest_grants() -> None:
     assert relay.group(1).replace("\\", " ").split() == list(PUBLISHED_TOPICS)
 
 
-def test_only_the_api_reads_the_optional_read_replica_secret() -> None:
-    """SPEC §11: PIN_DATABASE__READ_URL from a Secret that may be absent (then no replica)."""
-    replica_secret = {"secretRef": {"name": "pin-sessions-read-replica", "optional": True}}
-    for name, item in [*of_kind("Deployment").items(), *of_kind("Job").items()]:
-        sources = _containers(item)[0].get("envFrom", [])
-        assert (replica_secret in sources) is (name == "pin-sessions-api"), name
+def test_the_database_is_a_cloudnativepg_cluster_with_a_synchronous_standby() -> None:
+    """A failover loses nothing acknowledged only with a standby that has every commit."""
+    [cluster] = of_kind("Cluster").values()
+    spec = cluster["spec"]
+    assert spec["instances"] >= 2
+    synchronous = spec["postgresql"]["synchronous"]
+    assert synchronous["number"] >= 1 and synchronous["number"] < spec["instances"]
+    # Writes wait rather than go on unprotected while no standby answers.
+    assert synchronous["dataDurability"] == "required"
+    assert spec["bootstrap"]["initdb"] == {"database": "pin", "owner": "pin"}
+
+
+def _env(item: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {entry["name"]: entry for entry in _containers(item)[0].get("env", [])}
+
+
+def test_every_workload_reaches_the_primary_through_the_clusters_rw_service() -> None:
+    """CloudNativePG's app Secret holds a `uri` naming `<cluster>-rw`, the primary wherever
+    it runs; no workload takes the database from anywhere else."""
+    [name] = of_kind("Cluster")
+    uri = {"secretKeyRef": {"name": f"{name}-app", "key": "uri"}}
+    workloads = [*of_kind("Deployment").items(), *of_kind("Job").items()]
+    assert len(workloads) == 2 + len(worker_roles())
+    for workload, item in workloads:
+        assert _env(item)["PIN_DATABASE_URL"] == {"name": "PIN_DATABASE_URL", "valueFrom": uri}, (
+            workload
+        )
+
+
+def test_only_the_api_reads_the_standbys_through_the_clusters_ro_service() -> None:
+    """Reads that tolerate lag go to the cluster's standbys; no other role reads a replica."""
+    [name] = of_kind("Cluster")
+    for workload, item in [*of_kind("Deployment").items(), *of_kind("Job").items()]:
+        env = _env(item)
+        assert ("PIN_DATABASE__READ_URL" in env) is (workload == "pin-sessions-api"), workload
+    env = _env(of_kind("Deployment")["pin-sessions-api"])
+    read_url = env["PIN_DATABASE__READ_URL"]["value"]
+    assert read_url == (
+        f"postgresql://$(DATABASE_USERNAME):$(DATABASE_PASSWORD)@{name}-ro:5432/pin"
+    )
+    # Kubernetes expands $(NAME) only from variables defined before it.
+    names = list(env)
+    assert names.index("DATABASE_USERNAME") < names.index("PIN_DATABASE__READ_URL")
+    assert names.index("DATABASE_PASSWORD") < names.index("PIN_DATABASE__READ_URL")
+    for variable, key in (("DATABASE_USERNAME", "username"), ("DATABASE_PASSWORD", "password")):
+        assert env[variable]["valueFrom"] == {"secretKeyRef": {"name": f"{name}-app", "key": key}}

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import contextlib
 import uuid
 
+import asyncpg
 import pytest
 
-from pin_sessions.platform.errors import UniqueViolation, ValidationFailed
+from pin_sessions.platform.database import Database
+from pin_sessions.platform.errors import ServiceUnavailable, UniqueViolation, ValidationFailed
 from pin_sessions.platform.runtime import Runtime
 
 INSERT_OUTBOX_ROW = """
@@ -34,3 +37,54 @@ async def test_a_unique_violation_keeps_the_constraint_name(runtime: Runtime) ->
     with pytest.raises(UniqueViolation) as caught:
         await insert_twice()
     assert caught.value.constraint == "ux_outbox_message_id"
+
+
+async def test_a_connection_lost_under_a_transaction_is_a_503_and_never_goes_back_to_the_pool(
+    runtime: Runtime, database_url: str
+) -> None:
+    """The server ends the session mid-transaction (as a primary that dies or shuts down
+    does): the caller gets a 503 with Retry-After, and every pooled connection still works."""
+    database = runtime.database
+
+    async def lost_mid_transaction() -> None:
+        async with database.transaction() as conn:
+            await terminate_backend(database_url, conn.get_server_pid())
+            await conn.execute("select 1")
+
+    with pytest.raises(ServiceUnavailable) as caught:
+        await lost_mid_transaction()
+    assert caught.value.retry_after is not None
+    await every_pooled_connection_answers(database, runtime.settings.database.pool_max)
+
+
+async def test_a_connection_lost_between_calls_is_a_503_and_never_goes_back_to_the_pool(
+    runtime: Runtime, database_url: str
+) -> None:
+    database = runtime.database
+
+    async def lost_in_autocommit() -> None:
+        async with database.connection() as conn:
+            await terminate_backend(database_url, conn.get_server_pid())
+            await conn.fetchval("select 1")
+
+    with pytest.raises(ServiceUnavailable) as caught:
+        await lost_in_autocommit()
+    assert caught.value.retry_after is not None
+    await every_pooled_connection_answers(database, runtime.settings.database.pool_max)
+
+
+async def terminate_backend(database_url: str, pid: int) -> None:
+    """End one backend's session from another connection, as a server shutting down does."""
+    admin = await asyncpg.connect(database_url)
+    try:
+        assert await admin.fetchval("select pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+
+
+async def every_pooled_connection_answers(database: Database, pool_size: int) -> None:
+    """Hold the whole pool at once, so a broken connection put back in it would be met."""
+    async with contextlib.AsyncExitStack() as held:
+        for _ in range(pool_size):
+            conn = await held.enter_async_context(database.connection())
+            assert await conn.fetchval("select 1") == 1

@@ -99,7 +99,9 @@ async def test_healthz_answers_ok(client: httpx.AsyncClient) -> None:
 async def test_readyz_is_200_on_a_migrated_database(client: httpx.AsyncClient) -> None:
     response = await client.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ready"}
+    body = response.json()
+    assert body == {"status": "ready", "database": {"host": body["database"]["host"]}}
+    assert body["database"]["host"].endswith(".s.PGSQL.5432")  # the embedded server's socket
 
 
 def test_readyz_is_503_while_migrations_are_pending(

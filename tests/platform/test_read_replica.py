@@ -25,7 +25,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap.api import build_api
-from pin_sessions.bootstrap.database import api_database, build_runtime
+from pin_sessions.bootstrap.database import build_runtime, replica_database
 from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.dev_stats.domain import SessionFact
 from pin_sessions.dev_stats.recording import record_session_ended
@@ -212,7 +212,8 @@ async def test_a_stopped_replica_is_skipped_and_readyz_names_it_while_ready(
         assert fallbacks(registry)["down"] == 1
 
         status = await until_replica_is(http, "down")
-        assert status == {"status": "ready", "readReplica": {"state": "down", "lagSeconds": None}}
+        assert status["status"] == "ready"
+        assert status["readReplica"] == {"state": "down", "lagSeconds": None}
         assert len(await device_history(http, started["anonymousId"])) == 1
         assert fallbacks(registry)["down"] == 2
     finally:
@@ -266,7 +267,7 @@ async def test_a_read_that_cannot_reach_the_replica_runs_on_the_primary_at_once(
     registry = CollectorRegistry()
     # No background check: only the checks this test runs, so nothing else marks it down.
     read_replica = ReadReplica(
-        api_database(settings, dsn),
+        replica_database(settings, dsn),
         dsn,
         runtime.database,
         registry,

@@ -9,10 +9,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import asyncpg
+from asyncpg.connect_utils import SessionAttribute
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.platform.clock import Clock, SystemClock
-from pin_sessions.platform.database import CLIENT_TIMEOUT_GRACE, Bounds, Database
+from pin_sessions.platform.database import (
+    CLIENT_TIMEOUT_GRACE,
+    TARGET_SESSION_ATTRS,
+    Bounds,
+    Database,
+)
 from pin_sessions.platform.embedded import EmbeddedPostgres
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.migrations import migrate
@@ -84,7 +90,9 @@ def build_runtime(
     )
 
 
-def api_database(settings: Settings, dsn: str) -> Database:
+def api_database(
+    settings: Settings, dsn: str, *, target_session_attrs: SessionAttribute = TARGET_SESSION_ATTRS
+) -> Database:
     """The API's pool: every call bounded by ``PIN_DATABASE__*`` (SPEC §9).
 
     No route changes its session (no SET, LISTEN or session advisory lock), so its
@@ -104,7 +112,14 @@ def api_database(settings: Settings, dsn: str) -> Database:
         ),
         reset_sessions=False,
         connect_timeout=options.connect_timeout,
+        target_session_attrs=target_session_attrs,
     )
+
+
+def replica_database(settings: Settings, dsn: str) -> Database:
+    """The read replica's pool: the API pool's bounds, and only ever a standby of the URL's
+    hosts (a replica promoted meanwhile is a primary, no replica any more)."""
+    return api_database(settings, dsn, target_session_attrs=SessionAttribute.standby)
 
 
 def build_reads(runtime: Runtime) -> Reads:
@@ -119,7 +134,7 @@ def build_reads(runtime: Runtime) -> Reads:
         return Reads(runtime.database, runtime.registry)
     dsn = read_url.get_secret_value()
     replica = ReadReplica(
-        api_database(settings, dsn),
+        replica_database(settings, dsn),
         dsn,
         runtime.database,
         runtime.registry,

@@ -15,6 +15,11 @@ state is unknown and waiting for its cancellation could take as long as the stal
 So one call of the API answers within the statement timeout + :data:`CLIENT_TIMEOUT_GRACE`
 (SPEC §11); a request waiting on work done for many (a group commit) waits no longer
 than that either (:meth:`Database.call_bound`).
+
+A connection that fails under its caller (the server died, shut down, refused it, or the
+driver lost track of the protocol) is closed on the spot, never returned to the pool, and
+the caller gets :class:`ServiceUnavailable` with ``Retry-After`` (SPEC §12): its next
+connection is a new one, to the server that takes writes now (:data:`TARGET_SESSION_ATTRS`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from functools import partial
 from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
+from asyncpg.connect_utils import SessionAttribute
 
 from pin_sessions.platform.errors import ServiceUnavailable, UniqueViolation, ValidationFailed
 
@@ -45,6 +51,16 @@ else:
 # a live server cancels the statement itself (and keeps the connection usable); only a
 # server that answers nothing at all reaches the client-side bound.
 CLIENT_TIMEOUT_GRACE = timedelta(seconds=1)
+
+# Whatever the URL says: of the hosts a multi-host URL names, only the one that takes
+# writes — neither a standby in recovery nor a server set read-only (an old primary
+# brought back fenced) — is ever connected to; none such is a connect failure (503).
+# asyncpg prefers this argument to the URL's own ``target_session_attrs``.
+TARGET_SESSION_ATTRS = SessionAttribute.read_write
+
+# How soon a client refused for the database's unavailability may ask again: a failover
+# of a synchronous pair takes seconds, a lost connection is replaced on the next call.
+RETRY_AFTER_SECONDS = 1
 
 # NaN and the infinities are not JSON: PostgreSQL would refuse them (and echo the value in
 # its log), so they must never be encoded in the first place.
@@ -89,8 +105,12 @@ async def create_pool(
     bounds: Bounds | None = None,
     reset_sessions: bool = True,
     connect_timeout: timedelta | None = None,
+    target_session_attrs: SessionAttribute = TARGET_SESSION_ATTRS,
 ) -> asyncpg.Pool[asyncpg.Record]:
-    """Open a pool whose sessions run in UTC and decode json/jsonb to Python objects."""
+    """Open a pool whose sessions run in UTC and decode json/jsonb to Python objects.
+
+    ``target_session_attrs`` chooses among the URL's hosts, overriding the URL.
+    """
     server_settings = {"timezone": "UTC", "application_name": "pin-sessions"}
     command_timeout = None
     if bounds is not None:
@@ -107,6 +127,7 @@ async def create_pool(
         command_timeout=command_timeout,
         server_settings=server_settings,
         reset=None if reset_sessions else _keep_session,
+        target_session_attrs=target_session_attrs,
     )
 
 
@@ -130,8 +151,10 @@ class Database:
         bounds: Bounds | None = None,
         reset_sessions: bool = True,
         connect_timeout: timedelta | None = None,
+        target_session_attrs: SessionAttribute = TARGET_SESSION_ATTRS,
     ) -> None:
         self._dsn = dsn
+        self._target_session_attrs = target_session_attrs
         self._connect_timeout = connect_timeout
         self._sizes = (min_size, max_size)
         self._bounds = bounds
@@ -148,6 +171,7 @@ class Database:
                 bounds=self._bounds,
                 reset_sessions=self._reset_sessions,
                 connect_timeout=self._connect_timeout,
+                target_session_attrs=self._target_session_attrs,
             )
 
     @property
@@ -175,7 +199,7 @@ class Database:
             async with asyncio.timeout(self._bounds.call.total_seconds()):
                 yield
         except TimeoutError as exc:
-            raise ServiceUnavailable("the database did not answer in time") from exc
+            raise _unavailable("the database did not answer in time") from exc
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
@@ -194,6 +218,11 @@ class Database:
                 with _closed_when_abandoned(conn):
                     yield conn
 
+    async def expire_connections(self) -> None:
+        """Replace every pooled connection at its next use: the server it reached changed role."""
+        if self._pool is not None:
+            await self._pool.expire_connections()
+
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
@@ -202,43 +231,71 @@ class Database:
 
 @asynccontextmanager
 async def _transaction(conn: Connection) -> AsyncIterator[None]:
-    """``conn.transaction()``, except where the server stopped answering.
+    """``conn.transaction()``, except where the connection failed or the server stopped answering.
 
     A statement past the client-side bound is not rolled back: the rollback would first wait
     for the statement's cancellation, as long again as the bound, for a server that may
-    never acknowledge it. The connection is closed instead (the server rolls back the
-    transaction of a session that ends), so the caller's 503 comes within one bound.
-    When the rollback of another failure finds the statement's cancellation unacknowledged
-    (a client hung up on a stuck backend), asyncpg closes the connection itself: the
-    failure that made the rollback is the one that leaves, not the rollback's.
+    never acknowledge it. Nor is one whose connection failed: the server is gone, or the
+    driver is still reading the failure (a ROLLBACK then fails in the driver's own state
+    machine). The connection is closed instead (the server rolls back the transaction of a
+    session that ends), so the caller's 503 comes within one bound. A rollback that fails
+    for any reason closes the connection too: the failure that made the rollback is the one
+    that leaves, not the rollback's.
     """
     transaction = conn.transaction()
     await transaction.start()
     try:
         yield
-    except TimeoutError:
-        _terminate(conn)
-        raise
-    except BaseException:
+    except BaseException as exc:
+        if _connection_lost(exc):
+            _terminate(conn)
+            raise
         try:
             await transaction.rollback()
-        except (TimeoutError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError, OSError):
+        except Exception:  # the session's state is unknown: it never goes back to the pool
             _terminate(conn)
         raise
     await transaction.commit()
 
 
+# What leaves a connection unusable, or in a state nobody knows: the server went away or
+# shut the session down (class 08, class 57: admin or crash shutdown, cannot connect now),
+# the socket failed, the driver lost track of the protocol or the connection is closed or
+# still busy (InternalClientError, InterfaceError), no host of the URL takes writes
+# (TargetServerAttributeNotMatched), or the server no longer takes writes.
+_CONNECTION_FAILURES = (
+    TimeoutError,
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.ReadOnlySQLTransactionError,
+)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` leaves the connection it came from unfit for the next caller."""
+    if isinstance(exc, (asyncpg.QueryCanceledError, asyncpg.exceptions.DataError)):
+        # statement_timeout (the server cancelled the statement; the session is fine), or
+        # a value our code passed wrongly (a bug, to be seen as one).
+        return False
+    return isinstance(exc, _CONNECTION_FAILURES)
+
+
 @contextmanager
 def _closed_when_abandoned(conn: Connection) -> Iterator[None]:
-    """Close a connection whose statement the client stopped waiting for.
+    """Close a connection that failed, or whose statement the client stopped waiting for.
 
-    Its server may still be running the statement, or be unreachable: returning it to the
-    pool would make the release wait for a cancellation that may never be acknowledged.
+    Its server may still be running the statement, be unreachable or gone: returning it to
+    the pool would hand the next caller a broken connection, or make the release wait for
+    a cancellation that may never be acknowledged.
     """
     try:
         yield
-    except TimeoutError:
-        _terminate(conn)
+    except BaseException as exc:
+        if _connection_lost(exc):
+            _terminate(conn)
         raise
 
 
@@ -253,6 +310,19 @@ def _terminate(conn: Connection) -> None:
         conn.terminate()
 
 
+def server_address(conn: Connection) -> str:
+    """``host:port`` (or the Unix socket) of the server ``conn`` reached, as the URL names it.
+
+    Of a multi-host URL, the host the driver chose. asyncpg keeps it only as the
+    connection's ``_addr`` (a host and port, or a socket path), which
+    tests/platform/test_failover.py pins.
+    """
+    address = getattr(conn, "_addr", None)
+    if isinstance(address, tuple):
+        return f"{address[0]}:{address[1]}"
+    return str(address)
+
+
 @contextmanager
 def translate_driver_errors() -> Iterator[None]:
     """Map asyncpg failures to our error types, keeping the constraint name."""
@@ -260,15 +330,21 @@ def translate_driver_errors() -> Iterator[None]:
         yield
     except TimeoutError as exc:
         # No connection within acquire_timeout, or no answer within the client-side bound.
-        raise ServiceUnavailable("the database did not answer in time") from exc
+        raise _unavailable("the database did not answer in time") from exc
     except asyncpg.QueryCanceledError as exc:
         # statement_timeout: the server gave up on a statement that ran too long.
-        raise ServiceUnavailable("the database did not answer in time") from exc
+        raise _unavailable("the database did not answer in time") from exc
     except asyncpg.UniqueViolationError as exc:
         raise UniqueViolation(exc.constraint_name) from exc
     except (asyncpg.UntranslatableCharacterError, asyncpg.CharacterNotInRepertoireError) as exc:
         # Input the API let through but PostgreSQL cannot store (U+0000 in text or jsonb):
         # the caller's data is at fault, not the service.
         raise ValidationFailed("a text value holds a character that cannot be stored") from exc
-    except (OSError, asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError) as exc:
-        raise ServiceUnavailable("database unavailable") from exc
+    except _CONNECTION_FAILURES as exc:
+        if not _connection_lost(exc):
+            raise
+        raise _unavailable("database unavailable") from exc
+
+
+def _unavailable(detail: str) -> ServiceUnavailable:
+    return ServiceUnavailable(detail, retry_after=RETRY_AFTER_SECONDS)

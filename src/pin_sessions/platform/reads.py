@@ -70,21 +70,13 @@ class Reads:
             try:
                 return await _on(replica.database, read)
             except ServiceUnavailable as exc:
+                # Also the replica going away (shut down, crashed, promoted) or the
+                # connection breaking: the database boundary turns those into 503s.
                 if _timed_out(exc):
                     if isinstance(exc.__cause__, TimeoutError):
                         replica.mark_down(exc.__cause__)
                     raise
                 replica.mark_down(exc.__cause__ or exc)
-                reason = ReplicaState.DOWN.value
-            except (
-                asyncpg.OperatorInterventionError,
-                asyncpg.PostgresConnectionError,
-                asyncpg.InternalClientError,
-            ) as exc:
-                # The server is going away (shut down, crashed) or the connection broke: a
-                # pooled connection whose server just shut down can also fail in the
-                # driver's own state machine (InternalClientError) before it learns why.
-                replica.mark_down(exc)
                 reason = ReplicaState.DOWN.value
             except asyncpg.PostgresError:
                 reason = FAILED

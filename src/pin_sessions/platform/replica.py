@@ -24,6 +24,10 @@ The lag is known to within one check interval (the lower bound is what is report
   or a read on the replica could not connect;
 * ``not_replica`` — the server is not in recovery (a promoted standby, a primary): its WAL
   positions cannot be compared with the primary's, so what it holds is unknown.
+
+``PIN_DATABASE__READ_URL`` may name several hosts (libpq's multi-host syntax): the check
+connects to the first standby among them, the pool to standbys only, whatever the URL's
+``target_session_attrs``; a standby promoted meanwhile is dropped by the next check.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from enum import StrEnum
 
 import asyncpg
 import structlog
+from asyncpg.connect_utils import SessionAttribute
 from prometheus_client import CollectorRegistry, Gauge
 
 from pin_sessions.platform.database import Database
@@ -206,7 +211,7 @@ class ReadReplica:
         if isinstance(replayed, BaseException):
             self._settle(ReplicaState.DOWN, None, replayed)
         elif not replayed.in_recovery or replayed.lsn is None:
-            self._settle(ReplicaState.NOT_REPLICA, None)
+            await self._not_a_replica()
         else:
             positions = self._positions.oldest_first()
             self._settle(*judge(positions, replayed.lsn, self._monotonic(), self._max_lag))
@@ -216,6 +221,17 @@ class ReadReplica:
             except Exception as exc:  # unreachable since the check: skipped, checked again
                 self._settle(ReplicaState.DOWN, None, exc)
         return self._state
+
+    async def _not_a_replica(self) -> None:
+        """The server the check reached is out of recovery (promoted, or a primary all along).
+
+        No read goes there; the next check, and the pool's next connections, look among the
+        URL's hosts again for one that is a standby (the pool takes nothing else), and the
+        pool's connections made while it was one are replaced.
+        """
+        self._settle(ReplicaState.NOT_REPLICA, None)
+        self._drop_check_connection()
+        await self.database.expire_connections()
 
     async def _check_forever(self) -> None:
         while True:
@@ -236,7 +252,12 @@ class ReadReplica:
         try:
             if self._checking is None:
                 self._checking = await asyncpg.connect(
-                    self._dsn, timeout=timeout, server_settings={"application_name": "pin-sessions"}
+                    self._dsn,
+                    timeout=timeout,
+                    server_settings={"application_name": "pin-sessions"},
+                    # Of several hosts, a standby if one is; else the first that answers,
+                    # to be named not_replica.
+                    target_session_attrs=SessionAttribute.prefer_standby,
                 )
             row = await self._checking.fetchrow(SELECT_REPLAYED, timeout=timeout)
         except Exception as exc:  # refused, reset, timed out: a fresh connection next time

@@ -1,6 +1,8 @@
 """Liveness, readiness and the Prometheus endpoint.
 
-``/readyz`` asks the primary alone. With a read replica (``PIN_DATABASE__READ_URL``) it also
+``/readyz`` asks the primary alone, and names the host it reached (``database.host``): of a
+multi-host ``PIN_DATABASE_URL``, the one that takes writes now, so an operator sees a
+failover land. With a read replica (``PIN_DATABASE__READ_URL``) it also
 names the replica's state and lag, but never fails because of it: the primary serves the
 replica's reads meanwhile (SPEC §11), and failing readiness would take every API process
 out of rotation for the loss of a component they can do without.
@@ -19,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from pin_sessions.platform.database import server_address
 from pin_sessions.platform.errors import ServiceUnavailable
 from pin_sessions.platform.http.dependencies import DatabaseDep
 from pin_sessions.platform.http.openapi import problems
@@ -53,6 +56,10 @@ class ReplicaStatus(BaseModel):
     lag_seconds: float | None = Field(description="How far it is behind the primary, if known")
 
 
+class DatabaseStatus(BaseModel):
+    host: str = Field(description="host:port of the primary this process uses")
+
+
 class ReadyStatus(Status):
     """Ready: the database answers and its migrations are current."""
 
@@ -61,6 +68,8 @@ class ReadyStatus(Status):
         populate_by_name=True,
         json_schema_extra={"examples": [{"status": "ready"}]},
     )
+
+    database: DatabaseStatus
 
     read_replica: ReplicaStatus | None = Field(
         default=None, description="Only with PIN_DATABASE__READ_URL; never makes /readyz fail"
@@ -97,6 +106,7 @@ async def readyz(request: Request, database: DatabaseDep) -> Response:
         async with asyncio.timeout(READINESS_TIMEOUT_SECONDS):
             async with database.connection() as conn:
                 pending = await pending_migrations(conn)
+                host = server_address(conn)
     except (Exception, TimeoutError) as exc:  # any failure means "not ready", never a 500
         log.warning("readiness check failed", errorType=type(exc).__name__)
         return problem_response(
@@ -109,7 +119,7 @@ async def readyz(request: Request, database: DatabaseDep) -> Response:
             detail="database migrations are not current",
             extra={"pendingMigrations": [migration.version for migration in pending], **named},
         )
-    return JSONResponse({"status": "ready", **named})
+    return JSONResponse({"status": "ready", "database": {"host": host}, **named})
 
 
 metrics_router = APIRouter(tags=["operations"])
