@@ -57,6 +57,10 @@ class ReplicaStatus(BaseModel):
 
 
 class DatabaseStatus(BaseModel):
+    """The database server this process writes to."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"host": "10.0.3.17:5432"}]})
+
     host: str = Field(description="host:port of the primary this process uses")
 
 
@@ -66,7 +70,9 @@ class ReadyStatus(Status):
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
-        json_schema_extra={"examples": [{"status": "ready"}]},
+        json_schema_extra={
+            "examples": [{"status": "ready", "database": {"host": "10.0.3.17:5432"}}]
+        },
     )
 
     database: DatabaseStatus
