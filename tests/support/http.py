@@ -17,11 +17,11 @@ from tests.support.waiting import wait_until_sync
 class LiveServer:
     """``with LiveServer(app) as url:`` serves ``app`` for the block, then stops it."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, *, port: int = 0) -> None:
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
-            port=0,
+            port=port,
             log_config=None,
             access_log=False,
             lifespan="on",

@@ -77,7 +77,7 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 }
 
 _DESCRIPTIONS = {
-    400: "Malformed JSON, or a header or parameter this API refuses (see `code`)",
+    400: "Malformed JSON, or a header or parameter this API refuses",
     401: "No valid credentials",
     403: "Authenticated, but not allowed",
     404: "Not found",

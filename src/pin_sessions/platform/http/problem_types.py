@@ -9,6 +9,8 @@ anything else JSON. The routes need no credentials and ask the database nothing.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +22,15 @@ from pin_sessions.platform.errors import AppError
 from pin_sessions.platform.http.wiring import public_url_of
 
 PROBLEMS_PATH = "/problems"
-# The pages are text and links: nothing to load, nothing to run.
+_STYLE = (
+    "body{font:16px/1.5 system-ui,sans-serif;margin:2rem auto;max-width:46rem;padding:0 1rem;"
+    "color:#1b1f24}h1{font:600 1.4rem ui-monospace,monospace;overflow-wrap:anywhere}"
+    "code{font-family:ui-monospace,monospace}li{margin:.3rem 0}"
+)
+_STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
+# The pages are text and links: nothing to load, nothing to run; only their own style.
 _PAGE_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'",
+    "Content-Security-Policy": f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'",
     "Cache-Control": "public, max-age=300",
 }
 
@@ -143,7 +151,7 @@ def _page(title: str, body: str) -> HTMLResponse:
     text = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)} — PIN Sessions</title></head>"
+        f"<title>{html.escape(title)} — PIN Sessions</title><style>{_STYLE}</style></head>"
         f"<body><main><h1>{html.escape(title)}</h1>{body}</main></body></html>"
     )
     return HTMLResponse(text, headers=_PAGE_HEADERS)
