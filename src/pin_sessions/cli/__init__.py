@@ -1,4 +1,4 @@
-"""``pin-sessions`` — every role of the service from one command line (SPEC §2).
+"""``pin-sessions`` — every role of the service from one command line.
 
 Exit status: 0 success, 1 runtime failure, 2 bad settings or usage.
 """
@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from importlib.metadata import version
 
 import structlog
 
@@ -39,9 +40,24 @@ log = structlog.get_logger("pin_sessions.cli")
 COMMAND_GROUPS = (up, migrate, serve, jobs, messaging, tokens, clients, keys, users)
 
 
+# The distribution's name, whose version `--version` prints.
+DISTRIBUTION = "pin-sessions"
+DESCRIPTION = """Every role of PIN Sessions from one command line: the API, the jobs,
+the relay and consumers, and an operator's commands (`COMMAND --help` for each).
+
+Exit status: 0 success, 1 runtime failure, 2 bad settings or usage."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pin-sessions", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="pin-sessions",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version(DISTRIBUTION)}")
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", title="commands", required=True
+    )
     for group in COMMAND_GROUPS:
         group.add_parsers(commands)
     return parser

@@ -27,7 +27,7 @@ from pin_sessions.bootstrap.database import (
 )
 from pin_sessions.bootstrap.delivery import build_delivery_roles
 from pin_sessions.bootstrap.jobs import JOB_WORKERS
-from pin_sessions.cli.common import add_metrics_port, metrics_endpoint, print_banner
+from pin_sessions.cli.common import add_command, add_metrics_port, metrics_endpoint, print_banner
 from pin_sessions.cli.serve import (
     add_address_arguments,
     api_metrics_port,
@@ -56,7 +56,9 @@ UP_POOL_SHARE = 2
 
 
 def add_parsers(commands: Commands) -> None:
-    up = commands.add_parser("up", help="everything on one machine: database, migrations, API")
+    up = add_command(
+        commands, "up", "everything on one machine: database, migrations, API, jobs, consumers"
+    )
     add_address_arguments(up)
     add_metrics_port(up)
     up.set_defaults(run=run)
@@ -89,8 +91,8 @@ def _up(
         owned.enter_context(contextlib.closing(sock))
         endpoint = owned.enter_context(open_database_endpoint(settings))
         dsn = endpoint.dsn
-        # The workers share one pool; the API gets its own, bounded one (SPEC §9), so a
-        # job's long batch never waits behind requests, nor requests behind a batch.
+        # The workers share one pool; the API gets its own, bounded one, so a job's long
+        # batch never waits behind requests, nor requests behind a batch.
         runtime = build_runtime(
             settings,
             dsn,
