@@ -24,6 +24,7 @@ from pin_sessions.platform.embedded import (
 from pin_sessions.platform.listening import CannotListen
 from pin_sessions.platform.messaging.kafka import ClientOptionsRejected, check_client_options
 from pin_sessions.platform.process import RoleCannotRun
+from pin_sessions.platform.served_url import served_public_url
 from pin_sessions.settings import (
     RECOMMENDED_SECRET_KEY_LENGTH,
     Settings,
@@ -35,6 +36,9 @@ from pin_sessions.settings import (
 RUNTIME_DIR_VARIABLE = "XDG_RUNTIME_DIR"
 
 log = structlog.get_logger("pin_sessions.cli")
+
+# The commands that listen themselves: their public URL follows their own address.
+LISTENING_COMMANDS = frozenset({"up", "serve"})
 
 # In the order `--help` lists them; each module registers its commands and their `run`.
 COMMAND_GROUPS = (up, migrate, serve, jobs, messaging, tokens, clients, keys, users)
@@ -70,6 +74,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     try:
         settings = load_settings(os.environ if environ is None else environ)
         _check_kafka_options(settings)
+        if args.command not in LISTENING_COMMANDS:
+            settings = beside_running_up(settings)
     except (SettingsError, ClientOptionsRejected) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
@@ -98,6 +104,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except (DataDirBusy, DatabaseLost, RuntimeDirRefused, CannotListen) as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def beside_running_up(settings: Settings) -> Settings:
+    """An unset ``PIN_PUBLIC_URL`` becomes the one an ``up`` on the same data directory serves,
+    so what this command mints (``token m2m``) names the issuer that server accepts."""
+    if settings.public_url is not None:
+        return settings
+    served = served_public_url(settings.data_dir)
+    return settings if served is None else settings.model_copy(update={"public_url": served})
 
 
 def _check_kafka_options(settings: Settings) -> None:
