@@ -13,7 +13,11 @@ UV_VERSION := 0.13.9
 RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test check lint bench clean kafka-broker
+.PHONY: help up test check lint clean kafka-broker
+
+# Each target that ends its line with `## what it does` is listed by `make help`.
+help: ## list the targets (this)
+	@awk -F ':.*## ' '/^[a-zA-Z0-9_./-]+:.*## / { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -32,7 +36,7 @@ $(STAMP): pyproject.toml | $(BIN)/uv
 
 # `make up PORT=8080` (and `HOST=0.0.0.0`) set PIN_HTTP__PORT (PIN_HTTP__HOST) for `up`; unset,
 # the environment's, else 127.0.0.1:8000.
-up: $(RUNTIME_STAMP)
+up: $(RUNTIME_STAMP) ## the whole service on one machine (PORT=, HOST= to choose its address)
 	$(if $(HOST),PIN_HTTP__HOST=$(HOST) )$(if $(PORT),PIN_HTTP__PORT=$(PORT) )$(BIN)/pin-sessions up
 
 # The tracker's build tools (esbuild, tsc), pinned by clients/js/package-lock.json; the tests
@@ -45,7 +49,7 @@ $(JS_STAMP): clients/js/package.json clients/js/package-lock.json
 # The tests' Kafka broker: Apache Kafka's jars from Maven Central (tests/kafka-broker/pom.xml),
 # fetched once per build file into ~/.cache/pin-sessions/ (needs Java 17+ and Maven; `up` needs
 # neither).
-kafka-broker: $(STAMP)
+kafka-broker: $(STAMP) ## fetch the tests' Kafka broker (Java 17+ and Maven)
 	$(BIN)/python -m tests.support.kafka_dist
 
 # The tests' temporary directories, their PostgreSQL clusters' data included, in memory where
@@ -57,11 +61,11 @@ export PYTEST_DEBUG_TEMPROOT
 # The project's own modules compiled as uv compiles the dependencies: where bytecode is never
 # written (PYTHONDONTWRITEBYTECODE) each of the suite's ~150 processes compiled them again,
 # 0.08 s of every API process's start. Only changed files are compiled again.
-test: $(STAMP) $(JS_STAMP) kafka-broker
+test: $(STAMP) $(JS_STAMP) kafka-broker ## every test, end-to-end ones included
 	$(BIN)/python -m compileall -q src tests bench
 	$(BIN)/pytest
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff (lint and format) and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -69,12 +73,12 @@ lint: $(STAMP)
 # Lint, types, and every test that needs nothing beyond this process and PostgreSQL: the unit
 # and in-process API tests. The `e2e` ones (processes, HTTP servers, browsers, brokers) are
 # marked at collection (tests/support/markers.py) and left to `make test`.
-check: lint
+check: lint ## lint, then the tests that need only PostgreSQL (the inner loop)
 	$(BIN)/pytest -m "not e2e"
 
 # The Prometheus Operator's copy of deploy/prometheus/*.yml (a test keeps them equal).
-deploy/kubernetes/prometheus-rule.yaml: deploy/prometheus/*.yml deploy/kubernetes/generate_prometheus_rule.py | $(BIN)/python
+deploy/kubernetes/prometheus-rule.yaml: deploy/prometheus/*.yml deploy/kubernetes/generate_prometheus_rule.py | $(BIN)/python ## the alert rules for the Prometheus Operator
 	$(BIN)/python deploy/kubernetes/generate_prometheus_rule.py > $@
 
-clean:
+clean: ## remove the virtualenv and the tools' caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -85,15 +85,12 @@ async def test_token_m2m_refuses_unregistered_clients_and_scopes_not_theirs(
     settings_env: dict[str, str], http: httpx.AsyncClient, runtime: Runtime
 ) -> None:
     client_id, _ = await _register(runtime, "crm", "user-activity.internal")
-    twin, _ = await _register(runtime, "twins", "admin")
-    await _register(runtime, "twins", "admin")
     retired, _ = await _register(runtime, "retired", "admin")
     await ServiceClients(runtime.database).disable(uuid.UUID(retired), runtime.clock.now())
     for args, said in (
-        (("--client", "x", "--scope", "nosuch"), "no service client has the id or name 'x'"),
-        (("--client", "crm", "--scope", "nosuch"), "the client may not hold nosuch"),
+        (("--client", "x", "--scope", "admin"), "no service client has the id or name 'x'"),
+        (("--client", "crm", "--scope", "admin"), "the client may not hold admin"),
         (("--client", client_id, "--scope", "admin"), "the client may not hold admin"),
-        (("--client", "twins"), "2 active service clients are named 'twins'"),
         (("--client", "retired"), "is disabled"),
     ):
         refused = _run("token", "m2m", *args, env=settings_env)
@@ -101,8 +98,47 @@ async def test_token_m2m_refuses_unregistered_clients_and_scopes_not_theirs(
         assert refused.stdout == ""
         assert said in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr
-    # A twin is still reachable by its id.
-    assert _run("token", "m2m", "--client", twin, env=settings_env).returncode == 0
+
+
+def test_a_scope_outside_the_catalogue_is_a_usage_error_naming_the_scopes(
+    settings_env: dict[str, str],
+) -> None:
+    """A typo would otherwise be registered, and issued by /oauth/token, granting nothing."""
+    for command in (
+        ("clients", "create", "--name", "crm", "--scope", "nonsense"),
+        ("clients", "create", "--name", "crm", "--scope", "admin", "user-activity.internl"),
+        ("token", "m2m", "--client", "crm", "--scope", "nonsense"),
+    ):
+        refused = _run(*command, env=settings_env)
+        assert refused.returncode == 2, (command, refused.stderr)
+        assert refused.stdout == ""
+        assert "argument --scope:" in refused.stderr, refused.stderr
+        assert "the scopes are admin, user-activity.internal" in refused.stderr
+    listed = _run("clients", "list", env=settings_env)
+    assert json.loads(listed.stdout) == {"clients": []}
+
+
+def test_clients_scopes_lists_the_catalogue(settings_env: dict[str, str]) -> None:
+    listed = _run("clients", "scopes", env=settings_env)
+    assert listed.returncode == 0, listed.stderr
+    scopes = json.loads(listed.stdout)["scopes"]
+    assert [scope["name"] for scope in scopes] == ["user-activity.internal", "admin"]
+    assert all(scope["description"] for scope in scopes)
+
+
+def test_a_client_name_is_taken_once(settings_env: dict[str, str]) -> None:
+    """Two clients named crm would leave `token m2m --client crm` unable to choose."""
+    first = _run("clients", "create", "--name", "crm", "--scope", "admin", env=settings_env)
+    assert first.returncode == 0, first.stderr
+    client_id = json.loads(first.stdout)["clientId"]
+    assert _run("clients", "disable", client_id, env=settings_env).returncode == 0
+    # Taken also by a disabled client: the name still reads as that client in `clients list`.
+    second = _run("clients", "create", "--name", "crm", "--scope", "admin", env=settings_env)
+    assert second.returncode == 1
+    assert second.stdout == ""
+    assert second.stderr == "pin-sessions: a service client is already named 'crm'\n"
+    listed = json.loads(_run("clients", "list", env=settings_env).stdout)["clients"]
+    assert [client["clientId"] for client in listed] == [client_id]
 
 
 def test_token_m2m_is_refused_in_prod(settings_env: dict[str, str]) -> None:
@@ -171,3 +207,31 @@ def test_users_commands_refuse_bad_input(settings_env: dict[str, str]) -> None:
         "users", "grant", "--phone", new_phone(), "--permission", "Admin!", env=settings_env
     )
     assert bad_permission.returncode == 2
+
+
+def test_a_permission_outside_the_catalogue_is_a_usage_error_naming_the_permissions(
+    settings_env: dict[str, str],
+) -> None:
+    """A typo would otherwise be granted (or withdrawn) and change nothing the user can do."""
+    phone = new_phone()
+    for action in ("grant", "revoke"):
+        refused = _run(
+            "users", action, "--phone", phone, "--permission", "dev-stats.vieww", env=settings_env
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stdout == ""
+        assert "argument --permission: 'dev-stats.vieww' is not a permission" in refused.stderr
+        assert (
+            "the permissions are dev-stats.view, user-activity.history.view-by-user"
+            in refused.stderr
+        )
+    # Nothing was written: no user was provisioned for the phone.
+    assert _run("users", "export", "--phone", phone, env=settings_env).returncode == 1
+
+
+def test_users_permissions_lists_the_catalogue(settings_env: dict[str, str]) -> None:
+    listed = _run("users", "permissions", env=settings_env)
+    assert listed.returncode == 0, listed.stderr
+    permissions = json.loads(listed.stdout)["permissions"]
+    assert [permission["name"] for permission in permissions] == ["dev-stats.view", MANAGER]
+    assert all(permission["description"] for permission in permissions)

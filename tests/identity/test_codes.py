@@ -3,9 +3,11 @@ endpoint. The SMS gateways themselves are tested in ``test_sms_gateways.py``."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -17,12 +19,11 @@ from pin_sessions.bootstrap.identity import build_token_signer
 from pin_sessions.identity import domain
 from pin_sessions.identity.domain import SignInLimits
 from pin_sessions.identity.operations import CODE_KEY_PURPOSE, IdentityOperations
-from pin_sessions.identity.sms.gateway import LogGateway
-from pin_sessions.identity.sms.sender import SmsCodeSender, SmsMetrics
+from pin_sessions.identity.sms import build_code_sender
 from pin_sessions.platform.clock import FixedClock
 from pin_sessions.platform.metrics import new_registry
 from pin_sessions.platform.runtime import Runtime
-from pin_sessions.settings import SettingsError, load_settings
+from pin_sessions.settings import DEFAULT_PUBLIC_URL, SettingsError, load_settings
 from tests.conftest import T0, TEST_SECRET_KEY, LogCapture
 from tests.identity.flows import dev_code, new_phone, problem_code, request_code
 from tests.support.http import LiveServer
@@ -66,18 +67,51 @@ async def test_the_sender_gets_the_code_that_only_its_hmac_is_stored_for(
     assert stored == domain.code_hash(key, request_id, code)
 
 
-async def test_the_log_gateway_logs_neither_the_phone_nor_the_code(
-    captured_logs: LogCapture,
+def _sent_lines(logs: LogCapture, request_id: str) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in logs.lines() if line.startswith("{")]
+    return [
+        line
+        for line in lines
+        if line.get("event") == "sign-in code sent" and line.get("requestId") == request_id
+    ]
+
+
+async def test_in_dev_the_log_gateways_line_is_the_phone_code_and_page_but_no_number(
+    http: httpx.AsyncClient, captured_logs: LogCapture
 ) -> None:
+    phone = new_phone()
+    request_id = await request_code(http, phone)
+    [line] = _sent_lines(captured_logs, request_id)
+    code = await dev_code(http, request_id)
+    assert line["provider"] == "log"
+    assert line["devCode"] == code
+    # The page on the public URL that shows the code again.
+    page = line["devCodeUrl"]
+    assert page == f"{DEFAULT_PUBLIC_URL}/dev/sign-in-codes/{request_id}"
+    assert (await http.get(page.removeprefix(DEFAULT_PUBLIC_URL))).json() == {"code": code}
+    assert phone[1:] not in json.dumps(line)
+
+
+@pytest.mark.parametrize(
+    ("environ", "shown"),
+    [
+        ({}, {"devCode"}),  # `serve` in dev: the code, and no page that is not served
+        ({"PIN_DEV_CODES": "1"}, {"devCode", "devCodeUrl"}),
+        ({"PIN_ENV": "prod", "PIN_DATABASE_URL": "postgresql://db"}, set()),
+    ],
+)
+async def test_only_dev_with_the_log_gateway_logs_a_code(
+    captured_logs: LogCapture, environ: dict[str, str], shown: set[str]
+) -> None:
+    """The real gateways never log it either (test_sms_gateways.py reads their lines)."""
+    settings = load_settings({"PIN_SECRET_KEY": TEST_SECRET_KEY, **environ})
+    sender = build_code_sender(settings, new_registry())
     request_id = uuid.uuid4()
-    sender = SmsCodeSender(
-        LogGateway(), SmsMetrics.register(new_registry()), template="Code {code}"
-    )
-    before = len(captured_logs.lines())
     await sender.send(request_id, "+447911123456", "424242", T0)
-    [line] = captured_logs.lines()[before:]
-    assert "sign-in code sent" in line and str(request_id) in line
-    assert "7911123456" not in line and "424242" not in line
+    [line] = _sent_lines(captured_logs, str(request_id))
+    assert shown == {"devCode", "devCodeUrl"} & line.keys()
+    assert ("424242" in json.dumps(line)) is bool(shown)
+    assert "7911123456" not in json.dumps(line)
 
 
 async def test_a_dev_server_shows_codes_without_storing_them(

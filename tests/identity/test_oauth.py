@@ -144,6 +144,37 @@ async def test_a_scope_outside_the_clients_is_invalid_scope(
     _oauth_error(response, 400, "invalid_scope")
 
 
+async def test_a_scope_outside_the_catalogue_is_never_issued(
+    http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    """A client registered before the catalogue was enforced may hold a typo (``nonsense``):
+    its token carries only the catalogue's scopes, and asking for the typo is refused."""
+    legacy, secret = await ServiceClients(runtime.database).create(
+        "legacy", ["nonsense", ADMIN], runtime.clock.now()
+    )
+    headers = _basic(str(legacy.client_id), secret)
+    granted = await http.post(TOKEN, data={"grant_type": "client_credentials"}, headers=headers)
+    assert granted.status_code == 200, granted.text
+    assert granted.json()["scope"] == ADMIN
+    claims = await verified_claims(http, granted.json()["access_token"], audience="pin-internal")
+    assert claims["scope"] == ADMIN
+    asked = await http.post(
+        TOKEN, data={"grant_type": "client_credentials", "scope": "nonsense"}, headers=headers
+    )
+    _oauth_error(asked, 400, "invalid_scope")
+    assert "admin, user-activity.internal" in asked.json()["error_description"]
+
+    typo_only, secret = await ServiceClients(runtime.database).create(
+        "typo-only", ["nonsense"], runtime.clock.now()
+    )
+    nothing = await http.post(
+        TOKEN,
+        data={"grant_type": "client_credentials"},
+        headers=_basic(str(typo_only.client_id), secret),
+    )
+    _oauth_error(nothing, 400, "invalid_scope")
+
+
 def _basic(client_id: str, secret: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()}
 

@@ -6,9 +6,12 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import jwt
 import pytest
 
 from pin_sessions.cli.up import with_up_defaults
+from pin_sessions.platform.permissions import USER_ACTIVITY_INTERNAL as INTERNAL
+from pin_sessions.platform.served_url import SERVED_URL_FILE
 from pin_sessions.settings import load_settings
 from tests.conftest import TEST_SECRET_KEY
 from tests.support.cli import run_cli
@@ -28,20 +31,38 @@ def _stop(process: subprocess.Popen[str], signum: signal.Signals) -> str:
 
 def test_up_serves_readyz_then_stops_on_sigint(database_url: str, tmp_path: Path) -> None:
     port = free_port()
-    process = pin_sessions(
-        "up",
-        "--port",
-        str(port),
-        env={
-            "PIN_DATABASE_URL": database_url,
-            "PIN_DATA_DIR": str(tmp_path),
-            "PIN_SECRET_KEY": TEST_SECRET_KEY,
-        },
-    )
-    wait_until_ready(f"http://127.0.0.1:{port}", process)
-    err = _stop(process, signal.SIGINT)
+    env = {
+        "PIN_DATABASE_URL": database_url,
+        "PIN_DATA_DIR": str(tmp_path),
+        "PIN_SECRET_KEY": TEST_SECRET_KEY,
+    }
+    process = pin_sessions("up", "--port", str(port), env=env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until_ready(base, process)
+        _token_minted_beside_up_is_accepted(base, env)
+    finally:
+        err = _stop(process, signal.SIGINT)
     assert process.returncode == 0, err
     assert '"event": "listening"' in err and f"127.0.0.1:{port}" in err
+    # Gone with it: a command run now names its own settings' URL again.
+    assert not (tmp_path / SERVED_URL_FILE).exists()
+
+
+def _token_minted_beside_up_is_accepted(base: str, env: dict[str, str]) -> None:
+    """`token m2m` on up's data directory, without its --port: the issuer up accepts."""
+    created = run_cli("clients", "create", "--name", "crm", "--scope", INTERNAL, env=env)
+    assert created.returncode == 0, created.stderr
+    minted = run_cli("token", "m2m", "--client", "crm", env=env)
+    assert minted.returncode == 0, minted.stderr
+    token = minted.stdout.strip()
+    assert jwt.decode(token, options={"verify_signature": False})["iss"] == base
+    unknown_device = "0b7f8c3e-6a52-4c1e-9d1a-5f0c2a7e4b11"
+    internal = httpx.get(
+        f"{base}/internal/sessions/{unknown_device}/link",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert internal.status_code == 404, internal.text  # accepted: no such device
 
 
 def test_up_on_embedded_postgres_keeps_data_and_refuses_a_second_up(tmp_path: Path) -> None:

@@ -4,13 +4,23 @@ import asyncio
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import asyncpg
 import pytest
 
-from pin_sessions.platform.migrations import available_migrations, migrate
+from pin_sessions.platform.migrations import (
+    CREATE_LEDGER,
+    INSERT_APPLIED,
+    available_migrations,
+    migrate,
+)
 from tests.support.postgres import DatabaseFactory
+
+# The migration that makes service clients' names unique.
+UNIQUE_CLIENT_NAMES = 21
 
 
 @pytest.fixture
@@ -111,3 +121,55 @@ def test_two_migrate_processes_at_once_both_succeed(empty_database: str, tmp_pat
 def test_migration_files_are_numbered_without_gaps() -> None:
     versions = [migration.version for migration in available_migrations()]
     assert versions == list(range(1, len(versions) + 1))
+
+
+async def _migrated_before(conn: asyncpg.Connection, version: int) -> None:
+    """The schema as a deployment that last migrated before ``version`` has it."""
+    await conn.execute(CREATE_LEDGER)
+    for migration in available_migrations():
+        if migration.version < version:
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+                await conn.execute(INSERT_APPLIED, migration.version, migration.name)
+
+
+async def test_client_names_registered_twice_are_told_apart_before_they_become_unique(
+    empty_database: str,
+) -> None:
+    """Migration 0021 makes names unique without failing on (or dropping) existing twins."""
+    conn = await asyncpg.connect(empty_database)
+    try:
+        await _migrated_before(conn, UNIQUE_CLIENT_NAMES)
+        twins = [
+            # (id, status, created): the Active one keeps the name, whatever its age.
+            (uuid.UUID(int=1), "Disabled", "2026-01-01"),
+            (uuid.UUID(int=2), "Active", "2026-02-01"),
+            (uuid.UUID(int=3), "Active", "2026-03-01"),
+        ]
+        for client_id, status, created in twins:
+            await conn.execute(
+                "insert into identity.clients (client_id, name, secret_hash, scopes, status,"
+                " created_at, updated_at) values ($1, $2, '\\x00', '{admin}', $3, $4, $4)",
+                client_id,
+                "c" * 100,
+                status,
+                datetime.fromisoformat(created).replace(tzinfo=UTC),
+            )
+        assert UNIQUE_CLIENT_NAMES in await migrate(conn)
+        names = {
+            row["client_id"]: row["name"]
+            for row in await conn.fetch("select client_id, name from identity.clients")
+        }
+        assert names == {
+            uuid.UUID(int=2): "c" * 100,
+            uuid.UUID(int=1): "c" * 61 + f" ({uuid.UUID(int=1)})",
+            uuid.UUID(int=3): "c" * 61 + f" ({uuid.UUID(int=3)})",
+        }
+        with pytest.raises(asyncpg.UniqueViolationError, match="ux_clients_name"):
+            await conn.execute(
+                "update identity.clients set name = $1 where client_id = $2",
+                "c" * 100,
+                uuid.UUID(int=3),
+            )
+    finally:
+        await conn.close()

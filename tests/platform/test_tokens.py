@@ -27,6 +27,7 @@ from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.tokens import (
     InvalidToken,
     MachinePrincipal,
+    Refusal,
     TokenVerifier,
     UserPrincipal,
 )
@@ -87,42 +88,51 @@ async def test_real_tokens_of_both_kinds_verify(runtime: Runtime, verifier: Toke
 
 
 @pytest.mark.parametrize(
-    ("claims", "header"),
+    ("claims", "header", "reason"),
     [
-        (_claims(iss="https://someone-else.example"), {}),
-        (_claims(aud="pin-internal"), {}),  # a user's claims under the services' audience
-        (_claims(aud="pin-internal", sid=None), {}),  # …and without client_id
-        (_claims(aud=["pin-api", "pin-internal"]), {}),
-        (_claims(sid=None, sub="crm", client_id="crm", scope="admin"), {}),  # a service's
-        (_claims(aud="pin-internal", sid=None, client_id="other", sub="crm"), {}),
-        (_claims(aud="another-api"), {}),
-        (_claims(jti=None), {}),
-        (_claims(exp=int(T0.timestamp())), {}),  # expired at T0
-        (_claims(iat=int((T0 + timedelta(minutes=1)).timestamp())), {}),  # from the future
-        (_claims(exp=10**20), {}),
-        (_claims(sub="not-a-uuid"), {}),
-        (_claims(permissions="dev-stats.view"), {}),
-        (_claims(auth_time=int((T0 + timedelta(seconds=1)).timestamp())), {}),  # after iat
-        (_claims(auth_time="2026-11-29T12:00:00Z"), {}),
-        (_claims(auth_time=True), {}),
-        (_claims(), {"typ": "JWT"}),
-        (_claims(), {"kid": None}),
-        (_claims(), {"kid": "../../etc/passwd"}),
+        (_claims(iss="https://someone-else.example"), {}, Refusal.ISSUER),
+        # A user's claims under the services' audience, and without client_id.
+        (_claims(aud="pin-internal"), {}, Refusal.AUDIENCE),
+        (_claims(aud="pin-internal", sid=None), {}, Refusal.MALFORMED),
+        (_claims(aud=["pin-api", "pin-internal"]), {}, Refusal.AUDIENCE),
+        # A service's claims under the users' audience.
+        (_claims(sid=None, sub="crm", client_id="crm", scope="admin"), {}, Refusal.AUDIENCE),
+        (
+            _claims(aud="pin-internal", sid=None, client_id="other", sub="crm"),
+            {},
+            Refusal.MALFORMED,
+        ),
+        (_claims(aud="another-api"), {}, Refusal.AUDIENCE),
+        (_claims(jti=None), {}, Refusal.MALFORMED),
+        (_claims(exp=int(T0.timestamp())), {}, Refusal.EXPIRED),  # expired at T0
+        (_claims(iat=int((T0 + timedelta(minutes=1)).timestamp())), {}, Refusal.NOT_YET_VALID),
+        (_claims(exp=10**20), {}, Refusal.MALFORMED),
+        (_claims(sub="not-a-uuid"), {}, Refusal.MALFORMED),
+        (_claims(permissions="dev-stats.view"), {}, Refusal.MALFORMED),
+        # auth_time after iat, or not a number.
+        (_claims(auth_time=int((T0 + timedelta(seconds=1)).timestamp())), {}, Refusal.MALFORMED),
+        (_claims(auth_time="2026-11-29T12:00:00Z"), {}, Refusal.MALFORMED),
+        (_claims(auth_time=True), {}, Refusal.MALFORMED),
+        (_claims(), {"typ": "JWT"}, Refusal.MALFORMED),
+        (_claims(), {"kid": None}, Refusal.UNKNOWN_KEY),
+        (_claims(), {"kid": "../../etc/passwd"}, Refusal.UNKNOWN_KEY),
     ],
 )
-async def test_a_bent_token_is_invalid(
+async def test_a_bent_token_is_invalid_for_its_reason(
     verifier: TokenVerifier,
     signing: tuple[str, ec.EllipticCurvePrivateKey],
     claims: dict[str, Any],
     header: dict[str, Any],
+    reason: Refusal,
 ) -> None:
     kid, key = signing
     headers = {"kid": kid, "typ": "at+jwt", **header}
     if headers["kid"] is None:
         del headers["kid"]
     token = jwt.encode(claims, key, algorithm="ES256", headers=headers)
-    with pytest.raises(InvalidToken):
+    with pytest.raises(InvalidToken) as refused:
         await verifier.verify(token, now=T0)
+    assert refused.value.reason is reason
 
 
 async def test_a_refreshed_token_carries_the_instant_of_its_familys_sign_in(
@@ -165,5 +175,6 @@ async def test_no_other_algorithm_is_accepted_not_even_with_the_public_key_as_se
     confused = made_by_hand("HS256", lambda data: hmac.new(public_pem, data, "sha256").digest())
     unsigned = made_by_hand("none", lambda data: b"")
     for token in (confused, unsigned):
-        with pytest.raises(InvalidToken):
+        with pytest.raises(InvalidToken) as refused:
             await verifier.verify(token, now=T0)
+        assert refused.value.reason is Refusal.SIGNATURE

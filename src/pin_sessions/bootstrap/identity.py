@@ -65,7 +65,7 @@ def build_identity_operations(runtime: Runtime) -> IdentityOperations:
         runtime.database,
         runtime.secrets,
         build_token_signer(runtime),
-        build_code_sender(settings.sms, runtime.registry),
+        build_code_sender(settings, runtime.registry),
         refresh_reuse_interval=settings.refresh_reuse_interval,
         limits=SignInLimits.of(settings.sign_in.per_ip_limit, settings.sign_in.global_limit),
         issue_code=random_code if dev_codes is None else dev_codes.issue,

@@ -1,4 +1,4 @@
-"""``pin-sessions`` — every role of the service from one command line (SPEC §2).
+"""``pin-sessions`` — every role of the service from one command line.
 
 Exit status: 0 success, 1 runtime failure, 2 bad settings or usage.
 """
@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from importlib.metadata import version
 
 import structlog
 
@@ -23,6 +24,7 @@ from pin_sessions.platform.embedded import (
 from pin_sessions.platform.listening import CannotListen
 from pin_sessions.platform.messaging.kafka import ClientOptionsRejected, check_client_options
 from pin_sessions.platform.process import RoleCannotRun
+from pin_sessions.platform.served_url import served_public_url
 from pin_sessions.settings import (
     RECOMMENDED_SECRET_KEY_LENGTH,
     Settings,
@@ -35,13 +37,31 @@ RUNTIME_DIR_VARIABLE = "XDG_RUNTIME_DIR"
 
 log = structlog.get_logger("pin_sessions.cli")
 
+# The commands that listen themselves: their public URL follows their own address.
+LISTENING_COMMANDS = frozenset({"up", "serve"})
+
 # In the order `--help` lists them; each module registers its commands and their `run`.
 COMMAND_GROUPS = (up, migrate, serve, jobs, messaging, tokens, clients, keys, users)
 
 
+# The distribution's name, whose version `--version` prints.
+DISTRIBUTION = "pin-sessions"
+DESCRIPTION = """Every role of PIN Sessions from one command line: the API, the jobs,
+the relay and consumers, and an operator's commands (`COMMAND --help` for each).
+
+Exit status: 0 success, 1 runtime failure, 2 bad settings or usage."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pin-sessions", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="pin-sessions",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version(DISTRIBUTION)}")
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", title="commands", required=True
+    )
     for group in COMMAND_GROUPS:
         group.add_parsers(commands)
     return parser
@@ -54,6 +74,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     try:
         settings = load_settings(os.environ if environ is None else environ)
         _check_kafka_options(settings)
+        if args.command not in LISTENING_COMMANDS:
+            settings = beside_running_up(settings)
     except (SettingsError, ClientOptionsRejected) as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
@@ -82,6 +104,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except (DataDirBusy, DatabaseLost, RuntimeDirRefused, CannotListen) as exc:
         print(f"pin-sessions: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def beside_running_up(settings: Settings) -> Settings:
+    """An unset ``PIN_PUBLIC_URL`` becomes the one an ``up`` on the same data directory serves,
+    so what this command mints (``token m2m``) names the issuer that server accepts."""
+    if settings.public_url is not None:
+        return settings
+    served = served_public_url(settings.data_dir)
+    return settings if served is None else settings.model_copy(update={"public_url": served})
 
 
 def _check_kafka_options(settings: Settings) -> None:

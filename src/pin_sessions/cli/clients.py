@@ -1,7 +1,8 @@
-"""``pin-sessions clients create | list | rotate-secret ID | disable ID`` (SPEC §2, §8).
+"""``pin-sessions clients create | list | scopes | rotate-secret ID | disable ID``.
 
 Services registered for the client-credentials grant. ``create`` and ``rotate-secret``
-print the secret once, in their JSON answer; nothing else ever shows it.
+print the secret once, in their JSON answer; nothing else ever shows it. ``scopes`` lists
+the scopes a client may hold, the only ones ``create`` takes.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import sys
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pin_sessions.cli.common import EXIT_FAILURE, run_one_shot
-from pin_sessions.identity.clients import MAX_NAME_LENGTH, ServiceClients, is_scope
+from pin_sessions.cli.common import EXIT_FAILURE, add_actions, add_command, run_one_shot
+from pin_sessions.identity.clients import MAX_NAME_LENGTH, ServiceClients
 from pin_sessions.identity.errors import IdentityError
+from pin_sessions.platform.permissions import SCOPE_DESCRIPTIONS, listed
 
 if TYPE_CHECKING:
     from pin_sessions.cli.common import Commands
@@ -23,21 +25,40 @@ if TYPE_CHECKING:
 
 
 def add_parsers(commands: Commands) -> None:
-    clients = commands.add_parser(
-        "clients", help="services allowed the client-credentials grant"
-    ).add_subparsers(dest="clients_action", required=True)
-    create = clients.add_parser("create", help="register a service; prints its secret once")
-    create.add_argument("--name", required=True, type=_name)
-    create.add_argument("--scope", action="extend", nargs="+", required=True, type=_scope)
+    clients = add_actions(
+        add_command(commands, "clients", "services allowed the client-credentials grant"),
+        "clients_action",
+    )
+    create = add_command(clients, "create", "register a service; prints its secret once")
+    create.add_argument(
+        "--name", required=True, type=_name, help="a name no other client has, such as crm"
+    )
+    add_scope_option(create, required=True, text="the scopes it may hold")
     create.set_defaults(run=run)
-    clients.add_parser("list", help="every client, without secrets").set_defaults(run=run)
+    add_command(clients, "list", "every client, without secrets").set_defaults(run=run)
+    add_command(clients, "scopes", "the scopes a client may hold").set_defaults(run=run_scopes)
     for action, text in (
         ("rotate-secret", "a new secret (printed once); the old one stops working"),
         ("disable", "no more tokens; its tokens are refused by internal routes within 30 s"),
     ):
-        change = clients.add_parser(action, help=text)
-        change.add_argument("client_id", metavar="ID", type=_client_id)
+        change = add_command(clients, action, text)
+        change.add_argument("client_id", metavar="ID", type=_client_id, help="the client's id")
         change.set_defaults(run=run)
+
+
+def add_scope_option(parser: argparse.ArgumentParser, *, required: bool, text: str) -> None:
+    """``--scope S…``, repeatable (``--scope a b`` and ``--scope a --scope b`` both give
+    ``a b``), taking only the catalogue's scopes."""
+    parser.add_argument(
+        "--scope",
+        action="extend",
+        nargs="+",
+        required=required,
+        default=None,
+        type=_scope,
+        metavar="SCOPE",
+        help=f"{text}: {listed(SCOPE_DESCRIPTIONS)} (see `clients scopes`)",
+    )
 
 
 def _name(value: str) -> str:
@@ -47,9 +68,18 @@ def _name(value: str) -> str:
 
 
 def _scope(value: str) -> str:
-    if not is_scope(value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a scope such as user-activity.internal")
+    if value not in SCOPE_DESCRIPTIONS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a scope; the scopes are {listed(SCOPE_DESCRIPTIONS)}"
+        )
     return value
+
+
+def run_scopes(settings: Settings, args: argparse.Namespace) -> int:
+    """Print the catalogue's scopes and what each allows; no database is asked."""
+    scopes = [{"name": name, "description": text} for name, text in SCOPE_DESCRIPTIONS.items()]
+    print(json.dumps({"scopes": scopes}))
+    return 0
 
 
 def _client_id(value: str) -> uuid.UUID:

@@ -58,8 +58,27 @@ def metrics_url(port: int) -> str:
     return f"http://127.0.0.1:{port}/metrics"
 
 
+def add_command(commands: Commands, name: str, text: str) -> argparse.ArgumentParser:
+    """A command whose one line of help shows in its parent's list and atop its own --help."""
+    return commands.add_parser(name, help=text, description=text)
+
+
+def add_actions(parser: argparse.ArgumentParser, dest: str) -> Commands:
+    """The actions under a command (``clients create``); ``dest`` holds the one chosen.
+
+    A missing or unknown one is reported as ``ACTION``, never by ``dest``.
+    """
+    return parser.add_subparsers(dest=dest, metavar="ACTION", title="actions", required=True)
+
+
 def add_metrics_port(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metrics-port", type=int, default=None, help="Prometheus port")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (default: PIN_METRICS_PORT; unset: none)",
+    )
 
 
 def metrics_port(settings: Settings, args: argparse.Namespace) -> int | None:

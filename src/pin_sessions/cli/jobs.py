@@ -1,4 +1,4 @@
-"""``pin-sessions job NAME [--once] [--metrics-port PORT]``: one background job (SPEC §2, §7).
+"""``pin-sessions job NAME [--once] [--metrics-port PORT]``: one background job.
 
 Without ``--once`` the job's polling loop runs until SIGINT/SIGTERM, which stop it
 between phases or chunks (a running statement always finishes), with Prometheus
@@ -19,6 +19,7 @@ from pin_sessions.bootstrap.database import build_runtime, database_endpoint, wo
 from pin_sessions.bootstrap.jobs import JOB_WORKERS
 from pin_sessions.cli.common import (
     EXIT_FAILURE,
+    add_command,
     add_metrics_port,
     metrics_endpoint,
     metrics_port,
@@ -44,8 +45,13 @@ JOB_STOP_GRACE_SECONDS = 60.0
 
 
 def add_parsers(commands: Commands) -> None:
-    job = commands.add_parser("job", help="run one background job")
-    job.add_argument("name", choices=sorted(JOB_WORKERS))
+    job = add_command(commands, "job", "run one background job")
+    job.add_argument(
+        "name",
+        choices=sorted(JOB_WORKERS),
+        metavar="NAME",
+        help=f"the job: {', '.join(sorted(JOB_WORKERS))}",
+    )
     job.add_argument("--once", action="store_true", help="one pass, result as JSON on stdout")
     add_metrics_port(job)
     job.set_defaults(run=run)

@@ -1,4 +1,4 @@
-"""``pin-sessions keys list | rotate [--now]``: the token signing keys (SPEC §8).
+"""``pin-sessions keys list | rotate [--now]``: the token signing keys.
 
 ``rotate`` publishes a Next key now; the ``signing-keys`` job makes it Current once it
 has been published for ``PIN_SIGNING_KEYS__PUBLISH_AHEAD``. ``rotate --now`` is for a
@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from pin_sessions.bootstrap.keys import build_signing_key_operations
-from pin_sessions.cli.common import run_one_shot
+from pin_sessions.cli.common import add_actions, add_command, run_one_shot
 
 if TYPE_CHECKING:
     import argparse
@@ -24,11 +24,9 @@ if TYPE_CHECKING:
 
 
 def add_parsers(commands: Commands) -> None:
-    keys = commands.add_parser("keys", help="token signing keys").add_subparsers(
-        dest="keys_action", required=True
-    )
-    keys.add_parser("list", help="every key and its status").set_defaults(run=run)
-    rotate = keys.add_parser("rotate", help="publish the next key now")
+    keys = add_actions(add_command(commands, "keys", "token signing keys"), "keys_action")
+    add_command(keys, "list", "every key and its status").set_defaults(run=run)
+    rotate = add_command(keys, "rotate", "publish the next key now")
     rotate.add_argument(
         "--now", action="store_true", help="a leaked key: replace it at once, deleting it"
     )

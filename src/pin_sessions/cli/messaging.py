@@ -1,4 +1,4 @@
-"""``pin-sessions relay`` and ``pin-sessions consume NAME`` (SPEC §2, §6, §7).
+"""``pin-sessions relay`` and ``pin-sessions consume NAME``.
 
 Each runs until SIGINT/SIGTERM, serving Prometheus metrics on ``--metrics-port`` or
 ``PIN_METRICS_PORT``. ``consume`` reads Kafka when ``PIN_KAFKA_BOOTSTRAP_SERVERS`` is set,
@@ -26,6 +26,7 @@ from pin_sessions.bootstrap.delivery import (
 )
 from pin_sessions.cli.common import (
     EXIT_USAGE,
+    add_command,
     add_metrics_port,
     metrics_endpoint,
     metrics_port,
@@ -60,11 +61,16 @@ RELAYING_COMMANDS = frozenset({"relay", "up"})
 
 
 def add_parsers(commands: Commands) -> None:
-    relay = commands.add_parser("relay", help="publish the outbox to Kafka")
+    relay = add_command(commands, "relay", "publish the outbox to Kafka")
     add_metrics_port(relay)
     relay.set_defaults(run=run)
-    consume = commands.add_parser("consume", help="run one integration-event consumer")
-    consume.add_argument("name", choices=sorted(CONSUMERS))
+    consume = add_command(commands, "consume", "run one integration-event consumer")
+    consume.add_argument(
+        "name",
+        choices=sorted(CONSUMERS),
+        metavar="NAME",
+        help=f"the consumer: {', '.join(sorted(CONSUMERS))}",
+    )
     add_metrics_port(consume)
     consume.set_defaults(run=run)
 

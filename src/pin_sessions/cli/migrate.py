@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 from pin_sessions.bootstrap.database import build_runtime, database_endpoint, worker_database
+from pin_sessions.cli.common import add_command
 from pin_sessions.platform.migrations import migrate
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def add_parsers(commands: Commands) -> None:
-    migrate_parser = commands.add_parser("migrate", help="apply schema migrations (idempotent)")
+    migrate_parser = add_command(commands, "migrate", "apply schema migrations (idempotent)")
     migrate_parser.set_defaults(run=run)
 
 

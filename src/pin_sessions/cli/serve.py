@@ -2,8 +2,8 @@
 
 It listens on ``--host``/``--port`` when given, else on ``PIN_HTTP__HOST``/``PIN_HTTP__PORT``
 (127.0.0.1:8000): the flag wins for this process. The socket is bound before the API is
-built, so an unset ``PIN_PUBLIC_URL`` follows the address really bound, port 0 included
-(SPEC §11): the tokens' ``iss``, the OAuth metadata's URLs and the banner all name it.
+built, so an unset ``PIN_PUBLIC_URL`` follows the address really bound, port 0 included:
+the tokens' ``iss``, the OAuth metadata's URLs and the banner all name it.
 
 With ``--workers N`` this process binds the port once and supervises N worker
 processes that each serve it as a single ``serve`` would, under uvicorn's own supervisor
@@ -13,7 +13,7 @@ a directory made for this run and removed after it.
 
 Metrics are served on ``--metrics-port`` or ``PIN_METRICS_PORT`` when one is given, as by
 every role — under ``--workers N`` by this supervising process, merged — and outside prod
-also on the API port. In prod the API port never shows them (SPEC §11): without a metrics
+also on the API port. In prod the API port never shows them: without a metrics
 port the API serves no metrics at all, and says so at start.
 """
 
@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING
 import structlog
 
 from pin_sessions.bootstrap.database import build_runtime, database_endpoint
-from pin_sessions.cli.common import add_metrics_port, metrics_endpoint, metrics_port, print_banner
+from pin_sessions.cli.common import (
+    add_command,
+    add_metrics_port,
+    metrics_endpoint,
+    metrics_port,
+    print_banner,
+)
 from pin_sessions.platform.listening import bound_port, listen_socket
 from pin_sessions.platform.process import run_process
 from pin_sessions.platform.tracing import process_tracing
@@ -42,18 +48,29 @@ log = structlog.get_logger("pin_sessions.cli")
 
 
 def add_parsers(commands: Commands) -> None:
-    serve = commands.add_parser("serve", help="the HTTP API only")
+    serve = add_command(commands, "serve", "the HTTP API only")
     add_address_arguments(serve)
-    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N processes serving one port, a dead one replaced; default 1",
+    )
     add_metrics_port(serve)
     serve.set_defaults(run=run)
 
 
 def add_address_arguments(parser: argparse.ArgumentParser) -> None:
     """``--host`` and ``--port``: unset, the settings decide (``PIN_HTTP__HOST``/``__PORT``)."""
-    parser.add_argument("--host", default=None, help="default: PIN_HTTP__HOST (127.0.0.1)")
     parser.add_argument(
-        "--port", type=_port, default=None, help="default: PIN_HTTP__PORT (8000); 0: any free port"
+        "--host", default=None, help="the address to listen on; default: PIN_HTTP__HOST (127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port",
+        type=_port,
+        default=None,
+        help="the port to listen on; default: PIN_HTTP__PORT (8000); 0: any free port",
     )
 
 

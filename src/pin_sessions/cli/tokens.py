@@ -1,7 +1,7 @@
 """``pin-sessions token m2m --client ID|NAME [--scope SCOPE…]``: a development m2m token.
 
 A convenience for development machines, refused when ``PIN_ENV=prod``: services get
-their tokens from ``POST /oauth/token`` with their client's credentials (SPEC §8). It
+their tokens from ``POST /oauth/token`` with their client's credentials. It
 skips only the secret: the client must be registered (``clients create``) and Active, the
 scopes must be its own, and the token is minted by the token endpoint's own use case, so
 its claims are exactly those ``/oauth/token`` would give (``sub`` and ``client_id`` the
@@ -14,7 +14,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from pin_sessions.bootstrap.identity import build_key_set, build_oauth_server
-from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, run_one_shot
+from pin_sessions.cli.clients import add_scope_option
+from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, add_actions, add_command, run_one_shot
 from pin_sessions.identity.errors import IdentityError, InvalidScope
 from pin_sessions.settings import Environment
 
@@ -27,16 +28,17 @@ if TYPE_CHECKING:
 
 
 def add_parsers(commands: Commands) -> None:
-    token = commands.add_parser("token", help="mint tokens (development only)").add_subparsers(
-        dest="token_kind", required=True
+    token = add_actions(
+        add_command(commands, "token", "mint tokens (development only)"), "token_kind"
     )
-    m2m = token.add_parser(
-        "m2m", help="a registered client's m2m token, as POST /oauth/token gives; refused in prod"
+    m2m = add_command(
+        token, "m2m", "a registered client's m2m token, as POST /oauth/token gives; refused in prod"
     )
-    m2m.add_argument("--client", required=True, help="the client's id, or its name if unique")
-    # Repeatable: `--scope a b` and `--scope a --scope b` both ask for "a b". Unset: all of
-    # the client's scopes, as the token endpoint does.
-    m2m.add_argument("--scope", action="extend", nargs="+", default=None)
+    m2m.add_argument(
+        "--client", required=True, metavar="ID|NAME", help="the client's id, or its name"
+    )
+    # Unset: all of the client's scopes, as the token endpoint does.
+    add_scope_option(m2m, required=False, text="a subset of the client's scopes (default: all)")
     m2m.set_defaults(run=run_m2m)
 
 

@@ -4,7 +4,8 @@ The database (embedded unless ``PIN_DATABASE_URL`` names one), its migrations, t
 every worker run as roles of this one process, sharing one metrics registry: on the API's
 ``/metrics`` outside prod, and on ``--metrics-port`` / ``PIN_METRICS_PORT`` when given. The
 API's address is chosen as for ``serve`` (``--host``/``--port``, else
-``PIN_HTTP__HOST``/``__PORT``), once the data directory is ours.
+``PIN_HTTP__HOST``/``__PORT``), once the data directory is ours; its public URL is then
+written there for the commands run beside it (``platform/served_url.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pin_sessions.bootstrap.database import (
 )
 from pin_sessions.bootstrap.delivery import build_delivery_roles
 from pin_sessions.bootstrap.jobs import JOB_WORKERS
-from pin_sessions.cli.common import add_metrics_port, metrics_endpoint, print_banner
+from pin_sessions.cli.common import add_command, add_metrics_port, metrics_endpoint, print_banner
 from pin_sessions.cli.serve import (
     add_address_arguments,
     api_metrics_port,
@@ -38,6 +39,7 @@ from pin_sessions.cli.serve import (
 from pin_sessions.platform.embedded import DataDirLock, PostmasterWatch
 from pin_sessions.platform.migrations import migrate
 from pin_sessions.platform.process import Role, install_stop_signals, run_process, run_roles
+from pin_sessions.platform.served_url import serving_public_url
 from pin_sessions.platform.tracing import process_tracing
 from pin_sessions.settings import Environment
 
@@ -56,7 +58,9 @@ UP_POOL_SHARE = 2
 
 
 def add_parsers(commands: Commands) -> None:
-    up = commands.add_parser("up", help="everything on one machine: database, migrations, API")
+    up = add_command(
+        commands, "up", "everything on one machine: database, migrations, API, jobs, consumers"
+    )
     add_address_arguments(up)
     add_metrics_port(up)
     up.set_defaults(run=run)
@@ -87,10 +91,12 @@ def _up(
         owned.enter_context(DataDirLock(settings.data_dir))
         settings, sock = bind_api(settings, args)
         owned.enter_context(contextlib.closing(sock))
+        # Commands run beside it on this data directory mint tokens with its issuer.
+        owned.enter_context(serving_public_url(settings.data_dir, settings.effective_public_url))
         endpoint = owned.enter_context(open_database_endpoint(settings))
         dsn = endpoint.dsn
-        # The workers share one pool; the API gets its own, bounded one (SPEC §9), so a
-        # job's long batch never waits behind requests, nor requests behind a batch.
+        # The workers share one pool; the API gets its own, bounded one, so a job's long
+        # batch never waits behind requests, nor requests behind a batch.
         runtime = build_runtime(
             settings,
             dsn,

@@ -1,8 +1,9 @@
 """``pin-sessions users …``: an operator's tools for one user, named by phone number.
 
-``grant|revoke --phone E164 --permission P…``: permissions. ``export --phone E164``: every
-context's data of the user as one JSON document on stdout (SPEC §10). ``erase --phone E164``:
-the erasure, then a wait until every context has applied it.
+``grant|revoke --phone E164 --permission P…``: permissions, only the catalogue's, which
+``permissions`` lists. ``export --phone E164``: every context's data of the user as one
+JSON document on stdout. ``erase --phone E164``: the erasure, then a wait until every
+context has applied it.
 """
 
 from __future__ import annotations
@@ -18,14 +19,20 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pin_sessions.bootstrap.identity import build_identity_operations
-from pin_sessions.cli.common import EXIT_FAILURE, EXIT_USAGE, run_one_shot
+from pin_sessions.cli.common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    add_actions,
+    add_command,
+    run_one_shot,
+)
 from pin_sessions.dev_stats.consumers import UserErasedConsumer as DevStatsUserErasedConsumer
 from pin_sessions.identity import repository as identity_repository
-from pin_sessions.identity.domain import PERMISSION_PATTERN
 from pin_sessions.identity.errors import UnknownPhoneNumber
 from pin_sessions.identity.user_data import RequestedBy, UserData
 from pin_sessions.platform.database import Database
 from pin_sessions.platform.messaging.runner import processed_by
+from pin_sessions.platform.permissions import PERMISSION_DESCRIPTIONS, listed
 from pin_sessions.platform.phone_numbers import E164_PATTERN
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.platform.streamed_json import stream_json
@@ -37,37 +44,62 @@ if TYPE_CHECKING:
     from pin_sessions.settings import Settings
 
 
+PHONE_HELP = "the user's E.164 phone number, such as +15550100"
+
+
 def add_parsers(commands: Commands) -> None:
-    users = commands.add_parser("users", help="manage users' permissions").add_subparsers(
-        dest="users_action", required=True
+    users = add_actions(
+        add_command(commands, "users", "one user's permissions, export and erasure, by phone"),
+        "users_action",
     )
     for action, text in (("grant", "grant permissions"), ("revoke", "withdraw permissions")):
-        change = users.add_parser(action, help=f"{text} (effective at the next token issue)")
-        change.add_argument("--phone", required=True, help="the user's E.164 phone number")
+        change = add_command(users, action, f"{text} (effective at the next token issue)")
+        change.add_argument("--phone", required=True, metavar="E164", help=PHONE_HELP)
         change.add_argument(
-            "--permission", action="extend", nargs="+", required=True, type=_permission
+            "--permission",
+            action="extend",
+            nargs="+",
+            required=True,
+            type=_permission,
+            metavar="PERMISSION",
+            help=f"one or more of {listed(PERMISSION_DESCRIPTIONS)} (see `users permissions`)",
         )
         change.set_defaults(run=run)
-    export = users.add_parser("export", help="print everything every context holds of the user")
-    export.add_argument("--phone", required=True, help="the user's E.164 phone number")
-    export.set_defaults(run=run_export)
-    erase = users.add_parser(
-        "erase", help="erase the user, then wait until every context has applied it"
+    add_command(users, "permissions", "the permissions a user may be granted").set_defaults(
+        run=run_permissions
     )
-    erase.add_argument("--phone", required=True, help="the user's E.164 phone number")
+    export = add_command(users, "export", "print everything every context holds of the user")
+    export.add_argument("--phone", required=True, metavar="E164", help=PHONE_HELP)
+    export.set_defaults(run=run_export)
+    erase = add_command(
+        users, "erase", "erase the user, then wait until every context has applied it"
+    )
+    erase.add_argument("--phone", required=True, metavar="E164", help=PHONE_HELP)
     erase.add_argument(
         "--wait-seconds",
         type=float,
         default=60.0,
+        metavar="S",
         help="how long to wait for the contexts (0: do not wait); default 60",
     )
     erase.set_defaults(run=run_erase)
 
 
 def _permission(value: str) -> str:
-    if not PERMISSION_PATTERN.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a permission such as dev-stats.view")
+    if value not in PERMISSION_DESCRIPTIONS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a permission; the permissions are {listed(PERMISSION_DESCRIPTIONS)}"
+        )
     return value
+
+
+def run_permissions(settings: Settings, args: argparse.Namespace) -> int:
+    """Print the catalogue's permissions and what each allows; no database is asked."""
+    permissions = [
+        {"name": name, "description": text} for name, text in PERMISSION_DESCRIPTIONS.items()
+    ]
+    print(json.dumps({"permissions": permissions}))
+    return 0
 
 
 def _valid_phone(phone: str) -> bool:
@@ -148,7 +180,7 @@ def run_export(settings: Settings, args: argparse.Namespace) -> int:
     return _operator_task(settings, export)
 
 
-# The consumer that applies an erasure in each other context (SPEC §10).
+# The consumer that applies an erasure in each other context.
 ERASURE_CONSUMERS = {
     "user-activity": ActivityUserErasedConsumer.consumer,
     "dev-stats": DevStatsUserErasedConsumer.consumer,

@@ -18,7 +18,6 @@ copy stays in use and ``pin_auth_client_status_age_seconds`` shows its age.
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 import uuid
 from collections.abc import Iterable
@@ -31,14 +30,16 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from pin_sessions.identity import repository
 from pin_sessions.identity.errors import (
-    AmbiguousClient,
+    ClientNameTaken,
     ClientNotActive,
     InvalidScope,
     UnknownClient,
 )
 from pin_sessions.platform.clock import Clock
 from pin_sessions.platform.database import Database
+from pin_sessions.platform.errors import UniqueViolation
 from pin_sessions.platform.ids import new_id
+from pin_sessions.platform.permissions import SCOPE_DESCRIPTIONS, listed, unknown_names
 from pin_sessions.platform.refreshed import RefreshedCopy
 
 SECRET_BYTES = 32
@@ -46,11 +47,10 @@ MAX_NAME_LENGTH = 100
 DISABLED_CLIENTS_MAX_AGE = timedelta(seconds=30)
 # A third of the promise: two reads may fail (or the database be slow) and it still holds.
 DISABLED_CLIENTS_REFRESH = timedelta(seconds=10)
-# RFC 6749 §3.3 allows more; ours are the names of platform.permissions: dotted lowercase.
-SCOPE_PATTERN = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)*$")
-MAX_SCOPE_LENGTH = 64
 # Compared against when the client is unknown, so that path costs what a wrong secret does.
 STAND_IN_HASH = hashlib.sha256(b"no such client").digest()
+# Migration 0021's index: two clients never share a name.
+UNIQUE_NAME = "ux_clients_name"
 
 
 class ClientState(StrEnum):
@@ -78,22 +78,26 @@ class Client:
         }
 
 
-def is_scope(value: str) -> bool:
-    return len(value) <= MAX_SCOPE_LENGTH and SCOPE_PATTERN.fullmatch(value) is not None
-
-
 def secret_hash(secret: str) -> bytes:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
 
 
 def granted_scopes(client: Client, requested: str | None) -> tuple[str, ...]:
-    """RFC 6749 §3.3: the requested subset of the client's scopes, or all of them."""
+    """RFC 6749 §3.3: the requested subset of the client's scopes, or all of them.
+
+    Only scopes of the catalogue are issued: a client registered with another name (before
+    the catalogue was enforced) never gets it in a token.
+    """
+    known = tuple(scope for scope in client.scopes if scope in SCOPE_DESCRIPTIONS)
     if requested is None:
-        return client.scopes
+        if not known:
+            raise InvalidScope(f"the client holds none of the scopes {listed(SCOPE_DESCRIPTIONS)}")
+        return known
     wanted = requested.split(" ")
-    if not all(is_scope(scope) for scope in wanted):
-        raise InvalidScope("scope must be space-separated scope names")
-    outside = sorted(set(wanted) - set(client.scopes))
+    # The unknown names are not echoed: error_description allows only some characters.
+    if unknown_names(wanted, SCOPE_DESCRIPTIONS):
+        raise InvalidScope(f"scope must be space-separated names of {listed(SCOPE_DESCRIPTIONS)}")
+    outside = sorted(set(wanted) - set(known))
     if outside:
         raise InvalidScope(f"the client may not hold {' '.join(outside)}")
     return tuple(sorted(set(wanted)))
@@ -117,11 +121,21 @@ class ServiceClients:
         self._database = database
 
     async def create(self, name: str, scopes: Iterable[str], now: datetime) -> tuple[Client, str]:
-        """A new Active client and its secret, which only this answer ever shows."""
+        """A new Active client and its secret, which only this answer ever shows.
+
+        ClientNameTaken when another client, Active or disabled, has the name.
+        """
         client_id, secret = new_id(), secrets.token_urlsafe(SECRET_BYTES)
         granted = sorted(set(scopes))
-        async with self._database.transaction() as conn:
-            await repository.insert_client(conn, client_id, name, secret_hash(secret), granted, now)
+        try:
+            async with self._database.transaction() as conn:
+                await repository.insert_client(
+                    conn, client_id, name, secret_hash(secret), granted, now
+                )
+        except UniqueViolation as exc:
+            if exc.constraint != UNIQUE_NAME:
+                raise
+            raise ClientNameTaken(f"a service client is already named {name!r}") from exc
         return Client(client_id, name, tuple(granted), ClientState.ACTIVE, now, now), secret
 
     async def registered(self) -> list[Client]:
@@ -129,31 +143,23 @@ class ServiceClients:
             return [client_of(row) for row in await repository.clients(conn)]
 
     async def find(self, id_or_name: str) -> Client:
-        """The Active client with this id, or the one Active client with this name.
+        """The Active client with this id or this name.
 
         For an operator's command (``token m2m``), never for a request: it authenticates
-        nobody. UnknownClient when none matches; ClientNotActive when it is disabled;
-        AmbiguousClient when several have the name.
+        nobody. UnknownClient when none matches; ClientNotActive when it is disabled.
         """
-        parsed = _uuid(id_or_name)
+        parsed = parse_client_id(id_or_name)
         async with self._database.connection() as conn:
             if parsed is not None:
                 row = await repository.client(conn, parsed)
-                rows = [] if row is None else [row]
             else:
-                rows = await repository.clients_named(conn, id_or_name)
-        found = [client_of(row) for row in rows]
-        if not found:
+                row = await repository.client_named(conn, id_or_name)
+        if row is None:
             raise UnknownClient(f"no service client has the id or name {id_or_name!r}")
-        active = [client for client in found if client.status is ClientState.ACTIVE]
-        if not active:
+        found = client_of(row)
+        if found.status is not ClientState.ACTIVE:
             raise ClientNotActive(f"the service client {id_or_name!r} is disabled")
-        if len(active) > 1:
-            raise AmbiguousClient(
-                f"{len(active)} active service clients are named {id_or_name!r}: "
-                "give the id (`pin-sessions clients list`)"
-            )
-        return active[0]
+        return found
 
     async def rotate_secret(self, client_id: uuid.UUID, now: datetime) -> str:
         """A new secret for an Active client; the old one stops working at once."""
@@ -187,13 +193,6 @@ class ServiceClients:
 
 def parse_client_id(value: str) -> uuid.UUID | None:
     """The client id ``value`` names, if it is one (the input may be anything)."""
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
-
-
-def _uuid(value: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(value)
     except ValueError:

@@ -7,7 +7,6 @@ import hashlib
 import hmac
 import ipaddress
 import math
-import re
 import secrets
 import uuid
 from dataclasses import dataclass
@@ -30,8 +29,6 @@ REFRESH_SESSION_TTL = timedelta(days=30)
 CODE_DIGITS = 6
 REFRESH_TOKEN_BYTES = 32
 MAX_IP_LENGTH = 45
-
-PERMISSION_PATTERN = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)+$")
 
 
 class ConfirmationStatus(StrEnum):

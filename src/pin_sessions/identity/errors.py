@@ -19,7 +19,7 @@ Hierarchy::
         ├── UnknownPhoneNumber           (CLI only: no user with that phone number)
         ├── UnknownClient                (CLI only: no service client with that id)
         ├── ClientNotActive              (CLI only: the client is disabled)
-        ├── AmbiguousClient              (CLI only: several clients have that name)
+        ├── ClientNameTaken              (CLI only: another client has that name)
         ├── UserErased                   404 IDENTITY_USER_NOT_FOUND (an export after erasure)
         └── RecentSignInRequired         401 IDENTITY_RECENT_SIGN_IN_REQUIRED
 
@@ -175,11 +175,11 @@ class ClientNotActive(IdentityError):
     advice = "The service client is disabled; an operator registers a new one or uses another."
 
 
-class AmbiguousClient(IdentityError):
-    code = "IDENTITY_CLIENT_AMBIGUOUS"
+class ClientNameTaken(IdentityError):
+    code = "IDENTITY_CLIENT_NAME_TAKEN"
     status = 409
-    title = "Several service clients have this name"
-    advice = "Several service clients have this name; name the client by its id."
+    title = "Another service client has this name"
+    advice = "Client names are unique: choose another name, or use the existing client."
 
 
 class OAuthError(Exception):

@@ -481,12 +481,11 @@ select client_id, name, scopes, status, created_at, updated_at
 from identity.clients
 where client_id = :client_id;
 
--- name: select_clients_named
--- An operator's lookup by name: several clients may share one.
+-- name: select_client_named
+-- An operator's lookup by name, which ux_clients_name keeps unique.
 select client_id, name, scopes, status, created_at, updated_at
 from identity.clients
-where name = :name
-order by created_at, client_id;
+where name = :name;
 
 -- name: rotate_client_credentials
 -- A new secret for an Active client; the old one stops working with this commit.

@@ -12,6 +12,10 @@ route needs:
 
 A user token is never accepted where an m2m scope is required, nor the reverse. The
 ports and the key source are wired by the composition root: platform imports no context.
+
+Every refused token is logged (``token refused``, at info, with the request id) with its
+:class:`~pin_sessions.platform.tokens.Refusal`: the client's answer names no reason, so the
+log is where an operator learns that a token was signed for another issuer, or has expired.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import uuid
 from datetime import datetime
 from typing import Protocol
 
+import structlog
 from fastapi import Request
 
 from pin_sessions.platform.auth_errors import (
@@ -37,6 +42,7 @@ from pin_sessions.platform.tokens import (
     InvalidToken,
     MachinePrincipal,
     Principal,
+    Refusal,
     TokenVerifier,
     UserPrincipal,
 )
@@ -62,6 +68,14 @@ class ClientStatus(Protocol):
     async def is_disabled(self, client_id: str) -> bool:
         """True when ``client_id`` names a registered client an operator disabled."""
         ...
+
+
+log = structlog.get_logger(__name__)
+
+
+def _refused(reason: Refusal, **fields: str | None) -> None:
+    """One line per refused token; the request id comes from the request's log context."""
+    log.info("token refused", reason=reason.value, **fields)
 
 
 def _as_user(principal: Principal | None) -> UserPrincipal | None:
@@ -111,10 +125,17 @@ class Authenticator:
 
     async def _claimed(self, request: Request, now: datetime) -> Principal | None:
         """Whom the token names, judged by the token alone (format, signature, expiry)."""
-        token = bearer_token(request)
-        if token is None:
-            return None  # a guest: most requests, the heartbeat's above all
-        return (await self._verifier.verify(token, now=now)).principal
+        try:
+            token = bearer_token(request)
+            if token is None:
+                return None  # a guest: most requests, the heartbeat's above all
+            return (await self._verifier.verify(token, now=now)).principal
+        except InvalidToken as exc:
+            if exc.reason is Refusal.ISSUER:
+                _refused(exc.reason, tokenIssuer=exc.issuer, issuer=self._verifier.issuer)
+            else:
+                _refused(exc.reason)
+            raise
 
     async def _principal(self, request: Request) -> Principal | None:
         now = self._clock.now()
@@ -122,6 +143,7 @@ class Authenticator:
         if isinstance(principal, UserPrincipal) and not await self._liveness.is_active(
             principal.session_id, principal.user_id, now
         ):
+            _refused(Refusal.SESSION_NOT_ACTIVE)
             raise SessionNotActive()
         return principal
 
@@ -155,6 +177,7 @@ class Authenticator:
         if not isinstance(principal, MachinePrincipal):
             raise WrongTokenKind("a user token cannot call an internal API")
         if await self._clients.is_disabled(principal.client):
+            _refused(Refusal.CLIENT_DISABLED, clientId=principal.client)
             raise ClientDisabled()
         if not principal.scopes.intersection(any_of_scopes):
             raise MissingScope(f"one of the scopes {sorted(any_of_scopes)} is required")

@@ -21,6 +21,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import jwt
@@ -43,6 +44,22 @@ KID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{43}$")
 _REQUIRED_CLAIMS = ["iss", "aud", "sub", "jti", "iat", "exp"]
 
 
+class Refusal(StrEnum):
+    """Why a token was refused: logged for the operator, never told the client, whose answer
+    is the same ``AUTH_INVALID_TOKEN`` whatever failed (a guesser learns nothing)."""
+
+    MALFORMED = "malformed"  # not a JWT access token of ours: encoding, header, claims
+    SIGNATURE = "signature"  # not signed with ES256 by the key it names
+    UNKNOWN_KEY = "unknown_key"  # its kid is no published key (rotated away, or made up)
+    EXPIRED = "expired"
+    NOT_YET_VALID = "not_yet_valid"  # issued in the future, beyond the clock skew allowed
+    ISSUER = "issuer"  # signed by us, for another public URL
+    AUDIENCE = "audience"  # its claims are not of the kind its audience says
+    # Refused by the Authenticator after the token verified (their own codes, unchanged):
+    SESSION_NOT_ACTIVE = "session_not_active"  # its refresh session was revoked or ended
+    CLIENT_DISABLED = "client_disabled"
+
+
 class InvalidToken(Unauthorized):
     code = "AUTH_INVALID_TOKEN"
     title = "The bearer token is not valid"
@@ -51,6 +68,18 @@ class InvalidToken(Unauthorized):
         "another audience or issuer. Get a new access token (refresh, or POST /oauth/token "
         "for a service)."
     )
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        reason: Refusal = Refusal.MALFORMED,
+        issuer: str | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        # With Refusal.ISSUER, the issuer the token names: the log shows the mismatch.
+        self.issuer = issuer
 
 
 @dataclass(frozen=True)
@@ -120,7 +149,7 @@ class TokenVerifier:
         # The key may have left the set since (keys rotate --now): its tokens stop at once.
         if await self._keys.key(cached.kid, now) is None:
             self._verified.forget(token)
-            raise InvalidToken("the token's signing key is unknown")
+            raise InvalidToken("the token's signing key is unknown", reason=Refusal.UNKNOWN_KEY)
         _judge_lifetime(cached.verified.issued_at, cached.verified.expires_at, now)
         return cached.verified
 
@@ -131,14 +160,24 @@ class TokenVerifier:
         except jwt.PyJWTError as exc:
             raise InvalidToken() from exc
         kid = header.get("kid")
-        if header.get("alg") != ALGORITHM or not isinstance(kid, str):
-            raise InvalidToken()
+        if not isinstance(kid, str):
+            raise InvalidToken(reason=Refusal.UNKNOWN_KEY)
+        if header.get("alg") != ALGORITHM:
+            raise InvalidToken(reason=Refusal.SIGNATURE)
         if str(header.get("typ", "")).lower() not in _TOKEN_TYPES:
             raise InvalidToken("the token is not an access token")
         # A kid of another shape is no key of ours: refused without asking the key set.
         key = await self._keys.key(kid, now) if KID_PATTERN.fullmatch(kid) else None
         if key is None:
-            raise InvalidToken("the token's signing key is unknown")
+            raise InvalidToken("the token's signing key is unknown", reason=Refusal.UNKNOWN_KEY)
+        claims = self._decode(token, key)
+        try:
+            return _content(claims, now), kid
+        except (TypeError, ValueError, OverflowError, OSError) as exc:
+            raise InvalidToken() from exc
+
+    def _decode(self, token: str, key: Any) -> dict[str, Any]:
+        """The claims of a token signed by ``key`` for this issuer and one of our audiences."""
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
@@ -150,12 +189,17 @@ class TokenVerifier:
                 # machine's: PyJWT would check them against the wall clock.
                 options={"verify_exp": False, "verify_iat": False, "require": _REQUIRED_CLAIMS},
             )
+        except jwt.InvalidSignatureError as exc:
+            raise InvalidToken(reason=Refusal.SIGNATURE) from exc
+        except jwt.InvalidIssuerError as exc:
+            # The signature held (PyJWT checks it first): the issuer is ours to report.
+            claimed = jwt.decode(token, options={"verify_signature": False}).get("iss")
+            raise InvalidToken(reason=Refusal.ISSUER, issuer=str(claimed)[:200]) from exc
+        except jwt.InvalidAudienceError as exc:
+            raise InvalidToken(reason=Refusal.AUDIENCE) from exc
         except jwt.PyJWTError as exc:
             raise InvalidToken() from exc
-        try:
-            return _content(claims, now), kid
-        except (TypeError, ValueError, OverflowError, OSError) as exc:
-            raise InvalidToken() from exc
+        return claims
 
 
 def auth_time_claim(signed_in_at: datetime) -> float:
@@ -171,9 +215,9 @@ def auth_time_claim(signed_in_at: datetime) -> float:
 
 def _judge_lifetime(issued_at: datetime, expires_at: datetime, now: datetime) -> None:
     if expires_at <= now:
-        raise InvalidToken("the token has expired")
+        raise InvalidToken("the token has expired", reason=Refusal.EXPIRED)
     if issued_at > now + ISSUED_AT_LEEWAY:
-        raise InvalidToken("the token is issued in the future")
+        raise InvalidToken("the token is issued in the future", reason=Refusal.NOT_YET_VALID)
 
 
 def _content(claims: dict[str, Any], now: datetime) -> VerifiedToken:
@@ -202,7 +246,7 @@ def _content(claims: dict[str, Any], now: datetime) -> VerifiedToken:
         principal = MachinePrincipal(client, frozenset(_text(claims.get("scope")).split()))
     else:
         # A list of audiences, or claims of one kind under the other's audience.
-        raise ValueError("the audience does not match the token's kind")
+        raise InvalidToken(reason=Refusal.AUDIENCE)
     return VerifiedToken(principal, _text(claims["jti"]), issued_at, expires_at)
 
 

@@ -40,8 +40,8 @@ async def client(conn: Connection, client_id: uuid.UUID) -> asyncpg.Record | Non
     return await QUERIES.select_client.fetchrow(conn, client_id=client_id)
 
 
-async def clients_named(conn: Connection, name: str) -> list[asyncpg.Record]:
-    return await QUERIES.select_clients_named.fetch(conn, name=name)
+async def client_named(conn: Connection, name: str) -> asyncpg.Record | None:
+    return await QUERIES.select_client_named.fetchrow(conn, name=name)
 
 
 async def client_credentials(

@@ -1,4 +1,4 @@
-"""Sign-in codes by SMS (SPEC §8): one gateway per process, chosen by ``PIN_SMS__PROVIDER``.
+"""Sign-in codes by SMS: one gateway per process, chosen by ``PIN_SMS__PROVIDER``.
 
 ``client`` is the bounded, retrying HTTP client every gateway shares; ``webhook``,
 ``twilio`` and ``smsru`` each speak one provider's documented API; ``gateway`` has the
@@ -11,21 +11,30 @@ from prometheus_client import CollectorRegistry
 
 from pin_sessions.identity.sms.client import GatewayClient
 from pin_sessions.identity.sms.gateway import LogGateway, SmsGateway
-from pin_sessions.identity.sms.sender import SmsCodeSender, SmsMetrics
+from pin_sessions.identity.sms.sender import DevelopmentPhone, SmsCodeSender, SmsMetrics
 from pin_sessions.identity.sms.smsru import SmsRuGateway
 from pin_sessions.identity.sms.twilio import TwilioGateway
 from pin_sessions.identity.sms.webhook import WebhookGateway
-from pin_sessions.settings import SmsProvider, SmsSettings
+from pin_sessions.settings import Environment, Settings, SmsProvider, SmsSettings
 
 
-def build_code_sender(options: SmsSettings, registry: CollectorRegistry) -> SmsCodeSender:
+def build_code_sender(settings: Settings, registry: CollectorRegistry) -> SmsCodeSender:
     """The sender of ``PIN_SMS__*``; settings validation has made sure its credentials are set."""
+    options = settings.sms
     return SmsCodeSender(
         build_gateway(options),
         SmsMetrics.register(registry),
         template=options.template,
         webotp_domain=options.webotp_domain,
+        development_phone=development_phone(settings),
     )
+
+
+def development_phone(settings: Settings) -> DevelopmentPhone | None:
+    """The log as the phone: ``PIN_ENV=dev`` with the ``log`` gateway, and nowhere else."""
+    if settings.env is not Environment.DEV or settings.sms.provider is not SmsProvider.LOG:
+        return None
+    return DevelopmentPhone(settings.effective_public_url, bool(settings.dev_codes))
 
 
 def build_gateway(options: SmsSettings) -> SmsGateway:

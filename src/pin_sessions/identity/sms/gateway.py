@@ -32,8 +32,9 @@ class SmsGateway(Protocol):
 class LogGateway:
     """``PIN_SMS__PROVIDER=log``, development only: delivers nothing.
 
-    The sender's own "sign-in code sent" line, which never carries the code or the
-    number, is all there is; ``PIN_DEV_CODES=1`` shows the code to the developer.
+    The sender's own "sign-in code sent" line is all there is: with ``PIN_ENV=dev`` it shows
+    the code (the sender's :class:`~pin_sessions.identity.sms.sender.DevelopmentPhone`),
+    never the number.
     """
 
     name = "log"

@@ -1,5 +1,10 @@
-"""The :class:`~pin_sessions.identity.codes.CodeSender` of SPEC §8: the code in the
-configured text, through one gateway, counted and timed, never logged."""
+"""The :class:`~pin_sessions.identity.codes.CodeSender`: the code in the configured text,
+through one gateway, counted and timed.
+
+The code is logged in one setup only: ``PIN_ENV=dev`` with the ``log`` gateway, where the
+log is the developer's phone (:class:`DevelopmentPhone`). Every real gateway's code, and
+any code in prod, never reaches a log line.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +40,30 @@ def compose(template: str, code: str, webotp_domain: str | None) -> str:
     return text
 
 
+# Where a dev server shows a request's code again (identity.http's development route).
+DEV_CODE_PATH = "/dev/sign-in-codes/{request_id}"
+
+
+@dataclass(frozen=True)
+class DevelopmentPhone:
+    """``PIN_ENV=dev`` with the ``log`` gateway, which sends nothing: its line of a sent code
+    shows the code, and the page showing it again when ``PIN_DEV_CODES=1`` serves that page."""
+
+    public_url: str
+    dev_codes: bool
+
+    def shows(self, request_id: uuid.UUID, code: str) -> dict[str, str]:
+        """The fields the sent code's log line gains.
+
+        Not under ``code``: the logs drop any value under that key, a guard against logging
+        a code by accident, and this one is logged on purpose.
+        """
+        shown = {"devCode": code}
+        if self.dev_codes:
+            shown["devCodeUrl"] = self.public_url + DEV_CODE_PATH.format(request_id=request_id)
+        return shown
+
+
 @dataclass(frozen=True)
 class SmsMetrics:
     sent: Counter
@@ -66,11 +95,13 @@ class SmsCodeSender:
         *,
         template: str,
         webotp_domain: str | None = None,
+        development_phone: DevelopmentPhone | None = None,
     ) -> None:
         self._gateway = gateway
         self._metrics = metrics
         self._template = template
         self._webotp_domain = webotp_domain
+        self._development_phone = development_phone
         # Both series exist from the start, so a failure ratio has a denominator at once.
         for outcome in (SENT, FAILED):
             metrics.sent.labels(gateway.name, outcome)
@@ -93,11 +124,13 @@ class SmsCodeSender:
             )
             raise CodeDeliveryFailed() from exc
         seconds = self._measure(SENT, started)
+        phone = self._development_phone
         log.info(
             "sign-in code sent",
             provider=self._gateway.name,
             requestId=str(request_id),
             durationMs=round(seconds * 1000),
+            **({} if phone is None else phone.shows(request_id, code)),
         )
 
     def _measure(self, outcome: str, started: float) -> float:
