@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 import asyncpg
 import httpx
-import pytest
 from prometheus_client import CollectorRegistry
 
 from pin_sessions.bootstrap.api import build_api
@@ -31,9 +30,8 @@ from pin_sessions.platform.reads import Reads
 from pin_sessions.platform.replica import ReadReplica, ReplicaState
 from pin_sessions.settings import load_settings
 from tests.conftest import T0
-from tests.support.failover import PairTemplate, ServerPair
+from tests.support.failover import ServerPair
 from tests.support.http import in_process
-from tests.support.postgres import TEST_DATABASE_URL_VARIABLE
 from tests.support.waiting import wait_until
 from tests.user_activity.jobs.rows import insert_sessions
 from tests.user_activity.jobs.support import closer_worker
@@ -44,30 +42,6 @@ HOUR = timedelta(hours=1)
 RECOVERY_TIMEOUT = 30.0
 # Shorter than the hang, as a device's fetch that gives up on a slow answer.
 CLIENT_TIMEOUT = 0.5
-
-
-@pytest.fixture(scope="module")
-def pair_template() -> Iterator[PairTemplate]:
-    import os
-
-    if os.environ.get(TEST_DATABASE_URL_VARIABLE):
-        pytest.skip("the pair is made from the embedded server's binaries")
-    template = PairTemplate()
-    try:
-        template.create()
-        yield template
-    finally:
-        template.remove()
-
-
-@pytest.fixture
-def pair(pair_template: PairTemplate) -> Iterator[ServerPair]:
-    pair = ServerPair(pair_template)
-    try:
-        pair.create()
-        yield pair
-    finally:
-        pair.remove()
 
 
 @asynccontextmanager
