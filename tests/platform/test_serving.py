@@ -293,7 +293,10 @@ def test_every_worker_answers_readyz_503_from_sigterm_and_still_serves_meanwhile
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = _env(database_url, tmp_path, PIN_HTTP__SHUTDOWN_DELAY="5")
+    # The checks below must end within the drain: past it the live worker stops listening
+    # and a connection waits on the suspended one. 5 s was not always enough on a loaded
+    # machine (two suspended-worker checks after up to 10 s for the first 503).
+    env = _env(database_url, tmp_path, PIN_HTTP__SHUTDOWN_DELAY="10")
     process = pin_sessions("serve", "--port", str(port), "--workers", "2", env=env)
     try:
         wait_until_ready(url, process)
