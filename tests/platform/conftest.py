@@ -11,9 +11,10 @@ from tests.support.failover import PairTemplate, ServerPair
 from tests.support.postgres import TEST_DATABASE_URL_VARIABLE
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pair_template() -> Iterator[PairTemplate]:
-    """A migrated primary's files, copied for each test's pair (made once per module)."""
+    """A migrated primary's files, copied for each test's pair (made once per test process,
+    the first time a test needs a pair)."""
     if os.environ.get(TEST_DATABASE_URL_VARIABLE):
         pytest.skip("the pair is made from the embedded server's binaries")
     template = PairTemplate()

@@ -235,8 +235,8 @@ async def test_stop_sends_nothing_more_and_debug_names_the_cors_setting(
             api_origin,
         )
         assert status == "stopped"
-        # Ten tries at these delays take well under a second; give them five.
-        await page.wait_for_timeout(5_000)
+        # Ten tries at these delays take well under a second; give them two.
+        await page.wait_for_timeout(2_000)
         assert posts == []
 
         started = await page.evaluate(
