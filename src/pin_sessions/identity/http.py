@@ -219,7 +219,9 @@ async def logout(
 
 
 @router.delete(
-    "/sessions/{sessionId}",
+    # Only a UUID matches, so a literal sibling (`/sessions/logout`) asked with another
+    # method is its own 405, never this route's.
+    "/sessions/{sessionId:uuid}",
     status_code=status.HTTP_204_NO_CONTENT,
     operation_id="revokeSession",
     summary="Sign out one of the caller's devices",

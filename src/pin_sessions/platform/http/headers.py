@@ -26,8 +26,8 @@ class DuplicateHeader(AppError):
     status = 400
     title = "A header that takes one value was given more than once"
     advice = (
-        "A header that takes one value (X-Anonymous-Id, Idempotency-Key, Authorization) was "
-        "sent more than once. Send it once."
+        "A header that takes one value (X-Anonymous-Id, Idempotency-Key, Authorization, "
+        "Content-Type) was sent more than once. Send it once."
     )
 
 

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pin_sessions.platform.errors import AppError
 from pin_sessions.platform.http.admission import UNBOUNDED_PATHS, Admission, Overloaded
+from pin_sessions.platform.http.headers import DuplicateHeader
 from pin_sessions.platform.http.problems import problem_response
 from pin_sessions.platform.http.receiving import RequestReader
 from pin_sessions.platform.logging import mask_ip
@@ -85,6 +86,17 @@ class RequestContextMiddleware:
         admitted = False
         label = None
         try:
+            if _repeats_content_type(scope["headers"]):
+                # Which body a second Content-Type describes is anybody's guess: the
+                # framework would read the first; a proxy may have joined them.
+                refused = problem_response(
+                    Request(scope),
+                    DuplicateHeader(
+                        "Content-Type must be given at most once", header="Content-Type"
+                    ),
+                )
+                await refused(scope, reader.receive, send_with_id)
+                return
             if self.admission is not None and scope["path"] not in UNBOUNDED_PATHS:
                 await reader.arrived()
                 # A client gone before its request was in takes no place: the app routes
@@ -136,6 +148,16 @@ class RequestContextMiddleware:
             durationMs=round(elapsed * 1000, 2),
             clientIp=mask_ip(client[0]) if client else None,
         )
+
+
+def _repeats_content_type(headers: list[tuple[bytes, bytes]]) -> bool:
+    seen = False
+    for name, _ in headers:
+        if name.lower() == b"content-type":
+            if seen:
+                return True
+            seen = True
+    return False
 
 
 def _request_id(scope: Scope) -> str:
