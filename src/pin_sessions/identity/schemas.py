@@ -27,6 +27,17 @@ EXPORT_EXAMPLE = {
     ],
 }
 
+# One signed-in device, as the device list shows it.
+SESSION_EXAMPLE = {
+    "sessionId": "01a252d8-d4cc-7d8a-a9c5-adbfee5252f0",
+    "status": "Active",
+    "createdAt": "2026-12-01T09:30:00Z",
+    "lastUsedAt": "2026-12-07T11:58:00Z",
+    "expiresAt": "2027-01-06T11:58:00Z",
+    "device": {"type": "Mobile", "os": "iOS 18", "browser": "Mobile Safari 18"},
+    "current": True,
+}
+
 MAX_REFRESH_TOKEN_LENGTH = 256
 # A code of any other shape is simply a wrong code (400, one attempt used), not a 422 that
 # would spare the guesser an attempt; the bound only keeps the input small.
@@ -129,17 +140,8 @@ class DeviceOut(_Out):
 class SessionOut(_Out):
     """One signed-in device of the caller; `current` marks the one calling."""
 
-    model_config = example(
-        {
-            "sessionId": "01a252d8-d4cc-7d8a-a9c5-adbfee5252f0",
-            "status": "Active",
-            "createdAt": "2026-12-01T09:30:00Z",
-            "lastUsedAt": "2026-12-07T11:58:00Z",
-            "expiresAt": "2027-01-06T11:58:00Z",
-            "device": {"type": "Mobile", "os": "iOS 18", "browser": "Mobile Safari 18"},
-            "current": True,
-        }
-    )
+    model_config = example(SESSION_EXAMPLE)
+
     session_id: uuid.UUID
     status: str
     created_at: datetime
@@ -152,21 +154,8 @@ class SessionOut(_Out):
 class SessionsOut(_Out):
     """The caller's live sessions."""
 
-    model_config = example(
-        {
-            "items": [
-                {
-                    "sessionId": "01a252d8-d4cc-7d8a-a9c5-adbfee5252f0",
-                    "status": "Active",
-                    "createdAt": "2026-12-01T09:30:00Z",
-                    "lastUsedAt": "2026-12-07T11:58:00Z",
-                    "expiresAt": "2027-01-06T11:58:00Z",
-                    "device": {"type": "Mobile", "os": "iOS 18", "browser": "Mobile Safari 18"},
-                    "current": True,
-                }
-            ]
-        }
-    )
+    model_config = example({"items": [SESSION_EXAMPLE]})
+
     items: list[SessionOut]
 
 

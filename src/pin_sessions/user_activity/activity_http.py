@@ -52,6 +52,7 @@ from pin_sessions.user_activity.errors import (
     ViewNotFound,
 )
 from pin_sessions.user_activity.http import (
+    DEVICE_ANSWERS,
     PAGE_PARAMETERS,
     PREFIX,
     REQUIRED_DEVICE,
@@ -78,17 +79,7 @@ from pin_sessions.user_activity.user_data import ActivityData
 # The routes that record something new: a retried POST after a lost answer records once.
 IDEMPOTENT_DEVICE = parameters(anonymous_id_parameter(required=True), idempotency_key_parameter())
 
-RECORDING_PROBLEMS = problems(
-    400,
-    401,
-    413,
-    422,
-    503,
-    AnonymousIdInvalid,
-    AnonymousIdRequired,
-    IdempotencyKeyInvalid,
-    IdempotencyKeyReused,
-)
+RECORDING_PROBLEMS = problems(*DEVICE_ANSWERS, IdempotencyKeyInvalid, IdempotencyKeyReused)
 
 router = APIRouter(prefix=PREFIX, tags=["user-activity"])
 

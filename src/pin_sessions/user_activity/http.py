@@ -82,7 +82,8 @@ REQUIRED_DEVICE = parameters(anonymous_id_parameter(required=True))
 # Errors every guest-or-user route with a body can answer: a bad device header or JSON
 # (400), a bad Bearer token (401), a body over the limit (413) or refused (422), and a
 # database that did not answer in time (503).
-DEVICE_BODY_PROBLEMS = problems(400, 401, 413, 422, 503, AnonymousIdInvalid, AnonymousIdRequired)
+DEVICE_ANSWERS = (400, 401, 413, 422, 503, AnonymousIdInvalid, AnonymousIdRequired)
+DEVICE_BODY_PROBLEMS = problems(*DEVICE_ANSWERS)
 
 # A plain string, parsed by `history.page_size`, so a bad limit is a 400 like a bad cursor;
 # the document describes it as the integer it must be.
@@ -261,16 +262,7 @@ async def _stale_links(services: UserActivityDep) -> StaleLinks:
 
 # A link never changes an ended session (INV-SES-006): the one conflict it can answer.
 LINK_PROBLEMS = problems(
-    400,
-    401,
-    413,
-    422,
-    503,
-    AnonymousIdInvalid,
-    AnonymousIdRequired,
-    AuthenticationRequired,
-    UserTokenRequired,
-    SessionAlreadyEnded,
+    *DEVICE_ANSWERS, AuthenticationRequired, UserTokenRequired, SessionAlreadyEnded
 )
 
 
