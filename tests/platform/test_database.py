@@ -39,36 +39,23 @@ async def test_a_unique_violation_keeps_the_constraint_name(runtime: Runtime) ->
     assert caught.value.constraint == "ux_outbox_message_id"
 
 
-async def test_a_connection_lost_under_a_transaction_is_a_503_and_never_goes_back_to_the_pool(
-    runtime: Runtime, database_url: str
+@pytest.mark.parametrize("kind", ["transaction", "autocommit"])
+async def test_a_connection_lost_under_a_call_is_a_503_and_never_goes_back_to_the_pool(
+    runtime: Runtime, database_url: str, kind: str
 ) -> None:
-    """The server ends the session mid-transaction (as a primary that dies or shuts down
-    does): the caller gets a 503 with Retry-After, and every pooled connection still works."""
+    """The server ends the session mid-transaction or between two statements (as a primary
+    that dies or shuts down does): the caller gets a 503 with Retry-After, and every pooled
+    connection still works."""
     database = runtime.database
+    opened = database.transaction() if kind == "transaction" else database.connection()
 
-    async def lost_mid_transaction() -> None:
-        async with database.transaction() as conn:
-            await terminate_backend(database_url, conn.get_server_pid())
-            await conn.execute("select 1")
-
-    with pytest.raises(ServiceUnavailable) as caught:
-        await lost_mid_transaction()
-    assert caught.value.retry_after is not None
-    await every_pooled_connection_answers(database, runtime.settings.database.pool_max)
-
-
-async def test_a_connection_lost_between_calls_is_a_503_and_never_goes_back_to_the_pool(
-    runtime: Runtime, database_url: str
-) -> None:
-    database = runtime.database
-
-    async def lost_in_autocommit() -> None:
-        async with database.connection() as conn:
+    async def lost() -> None:
+        async with opened as conn:
             await terminate_backend(database_url, conn.get_server_pid())
             await conn.fetchval("select 1")
 
     with pytest.raises(ServiceUnavailable) as caught:
-        await lost_in_autocommit()
+        await lost()
     assert caught.value.retry_after is not None
     await every_pooled_connection_answers(database, runtime.settings.database.pool_max)
 

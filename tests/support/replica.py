@@ -159,20 +159,26 @@ class StreamingReplica:
         self._run("pg_ctl", "--pgdata", str(self.pgdata), "-w", "-t", str(TIMEOUT_SECONDS), *args)
 
     def _run(self, program: str, *args: str) -> None:
-        # Output to a file, not a pipe: the postmaster pg_ctl starts could inherit a pipe and
-        # hold it open for its whole life.
-        with tempfile.TemporaryFile("w+") as output:
-            finished = subprocess.run(
-                [str(POSTGRES_BIN_PATH / program), *args],
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                timeout=TIMEOUT_SECONDS + 10,
-                user=_system_user(),
-                check=False,
+        run_server_program(program, *args, log=self._log)
+
+
+def run_server_program(program: str, *args: str, log: Path | None = None) -> None:
+    """Run one of the embedded server's programs as the servers' user; its output and the
+    server's log (``log``) in the error when it fails."""
+    # Output to a file, not a pipe: the postmaster pg_ctl starts could inherit a pipe and
+    # hold it open for its whole life.
+    with tempfile.TemporaryFile("w+") as output:
+        finished = subprocess.run(
+            [str(POSTGRES_BIN_PATH / program), *args],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            timeout=TIMEOUT_SECONDS + 10,
+            user=_system_user(),
+            check=False,
+        )
+        if finished.returncode != 0:
+            output.seek(0)
+            server_log = log.read_text() if log is not None and log.exists() else ""
+            raise RuntimeError(
+                f"{program} exited with {finished.returncode}: {output.read()}\n{server_log}"
             )
-            if finished.returncode != 0:
-                output.seek(0)
-                server_log = self._log.read_text() if self._log.exists() else ""
-                raise RuntimeError(
-                    f"{program} exited with {finished.returncode}: {output.read()}\n{server_log}"
-                )

@@ -13,6 +13,7 @@ from pin_sessions.platform.ids import new_id
 from pin_sessions.platform.runtime import Runtime
 from pin_sessions.user_activity.closing import close_sessions
 from tests.conftest import T0
+from tests.contracts.test_event_schemas import SESSION_ENDED_FIELDS
 from tests.user_activity.conftest import device, outbox, sessions_of
 
 START = "/api/user-activity/sessions/start"
@@ -170,11 +171,4 @@ async def test_a_bot_session_closes_with_its_session_ended_like_any_other(
         [bot_session, person_session]
     )
     [bot_event] = [event for event in ended if event["payload"]["SessionId"] == bot_session]
-    assert set(bot_event["payload"]) == {
-        "SessionId",
-        "AnonymousId",
-        "UserId",
-        "CreatedAt",
-        "LastActivityAt",
-        "DurationSeconds",
-    }
+    assert set(bot_event["payload"]) == SESSION_ENDED_FIELDS

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import structlog
@@ -61,6 +61,14 @@ def metrics_url(port: int) -> str:
 def add_command(commands: Commands, name: str, text: str) -> argparse.ArgumentParser:
     """A command whose one line of help shows in its parent's list and atop its own --help."""
     return commands.add_parser(name, help=text, description=text)
+
+
+def add_name(parser: argparse.ArgumentParser, names: Iterable[str], what: str) -> None:
+    """The ``NAME`` a command runs (a job, a consumer), one of ``names``, listed in its help."""
+    choices = sorted(names)
+    parser.add_argument(
+        "name", choices=choices, metavar="NAME", help=f"the {what}: {', '.join(choices)}"
+    )
 
 
 def add_actions(parser: argparse.ArgumentParser, dest: str) -> Commands:

@@ -21,6 +21,7 @@ from pin_sessions.cli.common import (
     EXIT_FAILURE,
     add_command,
     add_metrics_port,
+    add_name,
     metrics_endpoint,
     metrics_port,
     role_banner,
@@ -46,12 +47,7 @@ JOB_STOP_GRACE_SECONDS = 60.0
 
 def add_parsers(commands: Commands) -> None:
     job = add_command(commands, "job", "run one background job")
-    job.add_argument(
-        "name",
-        choices=sorted(JOB_WORKERS),
-        metavar="NAME",
-        help=f"the job: {', '.join(sorted(JOB_WORKERS))}",
-    )
+    add_name(job, JOB_WORKERS, "job")
     job.add_argument("--once", action="store_true", help="one pass, result as JSON on stdout")
     add_metrics_port(job)
     job.set_defaults(run=run)

@@ -28,6 +28,7 @@ from pin_sessions.cli.common import (
     EXIT_USAGE,
     add_command,
     add_metrics_port,
+    add_name,
     metrics_endpoint,
     metrics_port,
     role_banner,
@@ -65,12 +66,7 @@ def add_parsers(commands: Commands) -> None:
     add_metrics_port(relay)
     relay.set_defaults(run=run)
     consume = add_command(commands, "consume", "run one integration-event consumer")
-    consume.add_argument(
-        "name",
-        choices=sorted(CONSUMERS),
-        metavar="NAME",
-        help=f"the consumer: {', '.join(sorted(CONSUMERS))}",
-    )
+    add_name(consume, CONSUMERS, "consumer")
     add_metrics_port(consume)
     consume.set_defaults(run=run)
 

@@ -63,15 +63,15 @@ async def start_session(
     ``idempotency_key``, every start sent with that key within ``ISSUED_ID_LIFETIME`` gets
     the same id, and so the same session.
     """
-    if anonymous_id is None:
-        anonymous_id = await _issue_anonymous_id(db, idempotency_key, now)
     if caller is None:
         # A guest's is one statement, never an event (only a user's new session publishes
         # one) and no tombstone to check: BEGIN and COMMIT would double its round trips.
         async with db.connection() as conn:
-            return await active_session(conn, anonymous_id, device, now)
+            device_id = anonymous_id or await _issued_id(conn, idempotency_key, now)
+            return await active_session(conn, device_id, device, now)
     async with db.transaction() as conn:
-        return await callers_session(conn, anonymous_id, caller, device, now)
+        device_id = anonymous_id or await _issued_id(conn, idempotency_key, now)
+        return await callers_session(conn, device_id, caller, device, now)
 
 
 async def callers_session(
@@ -123,14 +123,13 @@ async def active_session(
     return Started(session, created=created)
 
 
-async def _issue_anonymous_id(db: Database, key: str | None, now: datetime) -> uuid.UUID:
+async def _issued_id(conn: Connection, key: str | None, now: datetime) -> uuid.UUID:
     """A new AnonymousId, or the one issued to an earlier start with the same key."""
     if key is None:
         return new_id()
-    async with db.connection() as conn:
-        return await repository.issue_anonymous_id(
-            conn, key, new_id(), now, expired_before=now - ISSUED_ID_LIFETIME
-        )
+    return await repository.issue_anonymous_id(
+        conn, key, new_id(), now, expired_before=now - ISSUED_ID_LIFETIME
+    )
 
 
 def _log_started(started: SessionStarted, device: DeviceInfo) -> None:

@@ -151,9 +151,10 @@ class RequestContextMiddleware:
 
 
 def _repeats_content_type(headers: list[tuple[bytes, bytes]]) -> bool:
+    # ASGI servers give header names lower-cased.
     seen = False
     for name, _ in headers:
-        if name.lower() == b"content-type":
+        if name == b"content-type":
             if seen:
                 return True
             seen = True

@@ -53,29 +53,33 @@ def _field(loc: Sequence[str | int]) -> str:
     return ".".join(parts) or "body"
 
 
+_IN_WORDS = {
+    "missing": "is required",
+    "extra_forbidden": "is not a field of this request (unknown fields are refused)",
+    "string_type": "must be a string",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "uuid_type": f"must be a UUID, such as {_UUID_EXAMPLE}",
+    "uuid_parsing": f"must be a UUID, such as {_UUID_EXAMPLE}",
+    "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+    "dict_type": "must be a JSON object",
+    "list_type": "must be a JSON array",
+    "date_parsing": "must be a date, YYYY-MM-DD",
+    "date_from_datetime_parsing": "must be a date, YYYY-MM-DD",
+}
+
+
 def _message(error: Mapping[str, Any]) -> str:
     kind, ctx = error.get("type", ""), error.get("ctx") or {}
-    words = {
-        "missing": "is required",
-        "extra_forbidden": "is not a field of this request (unknown fields are refused)",
-        "string_type": "must be a string",
-        "int_type": "must be a whole number",
-        "int_parsing": "must be a whole number",
-        "bool_type": "must be true or false",
-        "bool_parsing": "must be true or false",
-        "uuid_type": f"must be a UUID, such as {_UUID_EXAMPLE}",
-        "uuid_parsing": f"must be a UUID, such as {_UUID_EXAMPLE}",
-        "model_type": "must be a JSON object",
-        "model_attributes_type": "must be a JSON object",
-        "dict_type": "must be a JSON object",
-        "list_type": "must be a JSON array",
-        "string_too_short": f"must be at least {ctx.get('min_length')} characters long",
-        "string_too_long": f"must be at most {ctx.get('max_length')} characters long",
-        "date_parsing": "must be a date, YYYY-MM-DD",
-        "date_from_datetime_parsing": "must be a date, YYYY-MM-DD",
-    }
-    if kind in words:
-        return words[kind]
+    if kind == "string_too_short":
+        return f"must be at least {ctx.get('min_length')} characters long"
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters long"
+    if kind in _IN_WORDS:
+        return _IN_WORDS[kind]
     message = str(error.get("msg", "is not valid"))
     # Pydantic words a validator's ValueError as "Value error, <what it said>".
     return message.removeprefix("Value error, ")
